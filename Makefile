@@ -1,0 +1,49 @@
+# Hikyaku: `make run` serves the broker on the embedded default, `make test` runs the suite.
+# Needs only Python >= 3.11 and make; everything else comes from requirements.lock.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint format venv migrate bench tck cluster clean lock
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "Installing dependencies from requirements.lock (first run takes a minute)..."
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements.lock
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+migrate: $(STAMP)
+	@$(BIN)/python manage.py migrate --no-input -v0
+
+run: migrate
+	@$(BIN)/python manage.py bootstrap
+	@echo "Serving Hikyaku on http://$(HOST):$(PORT)/  (admin: /admin/, web UI: /ui/, API docs: /api/docs/)"
+	@$(BIN)/uvicorn hikyaku.asgi:application --host $(HOST) --port $(PORT) --no-access-log --timeout-graceful-shutdown 3
+
+test: $(STAMP)
+	@$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	@$(BIN)/ruff check .
+	@$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	@$(BIN)/ruff check --fix .
+	@$(BIN)/ruff format .
+
+bench: $(STAMP)
+	@$(BIN)/python -m bench.run
+
+lock:
+	uv pip compile pyproject.toml --extra dev -o requirements.lock --python-version 3.11 --generate-hashes
+
+clean:
+	rm -rf $(VENV) hikyaku.sqlite3

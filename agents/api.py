@@ -1,0 +1,237 @@
+"""Registry REST API (DESIGN.md §3): thin DRF views over agents.services and selectors."""
+
+from __future__ import annotations
+
+from a2a.types import AgentSkill
+from django.db import transaction
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from google.protobuf.json_format import ParseDict, ParseError
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from hikyaku.errors import Forbidden
+
+from . import selectors, services
+from .auth import AgentIdentity, authenticate_agent, authenticate_key
+from .cards import agent_card
+from .models import Agent
+
+AGENT_AUTH_PARAMS = [
+    OpenApiParameter(
+        "X-Agent-Id",
+        str,
+        OpenApiParameter.HEADER,
+        required=False,
+        description="The acting agent's id (with a tenant API key; optional with an agent token).",
+    )
+]
+
+
+def agent_identity(request: Request) -> AgentIdentity:
+    return authenticate_agent(
+        authorization=request.headers.get("Authorization"),
+        agent_id=request.headers.get("X-Agent-Id"),
+    )
+
+
+class StrictCharField(serializers.CharField):
+    """A CharField that refuses numbers and booleans instead of coercing them to text."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class SkillsField(serializers.ListField):
+    """A list of A2A AgentSkill objects; each needs at least an id and a name."""
+
+    child = serializers.DictField()
+
+    def to_internal_value(self, data):
+        skills = super().to_internal_value(data)
+        if len(skills) > 100:
+            raise serializers.ValidationError("At most 100 skills.")
+        cleaned = []
+        for index, raw in enumerate(skills):
+            try:
+                skill = ParseDict(raw, AgentSkill())
+            except ParseError as exc:
+                raise serializers.ValidationError(f"skills[{index}]: {exc}") from None
+            if not skill.id or not skill.name:
+                raise serializers.ValidationError(f"skills[{index}] needs an 'id' and a 'name'.")
+            cleaned.append(raw)
+        return cleaned
+
+
+class RegisterIn(serializers.Serializer):
+    name = StrictCharField(max_length=200, min_length=1, trim_whitespace=True)
+    description = StrictCharField(max_length=2000, allow_blank=True, trim_whitespace=False)
+    skills = SkillsField(required=False, default=list)
+    webhook_url = serializers.URLField(
+        max_length=2000, required=False, allow_blank=True, default=""
+    )
+
+
+class RegisterOut(serializers.Serializer):
+    agent_id = serializers.UUIDField()
+    api_key = serializers.CharField()
+    agent_token = serializers.CharField()
+    name = serializers.CharField()
+    registered_at = serializers.DateTimeField()
+
+
+class AgentOut(serializers.Serializer):
+    agent_id = serializers.UUIDField(source="id")
+    name = serializers.CharField()
+    description = serializers.CharField()
+    skills = serializers.JSONField()
+    status = serializers.CharField()
+    registered_at = serializers.DateTimeField()
+    last_seen_at = serializers.DateTimeField(allow_null=True)
+
+
+class AgentDetailOut(AgentOut):
+    webhook_url = serializers.CharField()
+    agent_card = serializers.SerializerMethodField()
+
+    def get_agent_card(self, agent: Agent) -> dict:
+        return agent_card(agent, self.context.get("request"))
+
+
+class AgentPatchIn(serializers.Serializer):
+    description = StrictCharField(max_length=2000, allow_blank=True, required=False)
+    skills = SkillsField(required=False)
+    webhook_url = serializers.URLField(max_length=2000, allow_blank=True, required=False)
+
+    def validate(self, attrs):
+        unknown = (
+            set(self.initial_data) - set(self.fields)
+            if isinstance(self.initial_data, dict)
+            else set()
+        )
+        if unknown:
+            raise serializers.ValidationError(
+                {f: ["This field cannot be changed."] for f in sorted(unknown)}
+            )
+        return attrs
+
+
+class AgentListView(APIView):
+    @extend_schema(
+        operation_id="register_agent",
+        request=RegisterIn,
+        responses={201: RegisterOut},
+        description="Register an agent with a tenant API key (`Authorization: Bearer hky_…`). "
+        "The agent token is returned once.",
+    )
+    def post(self, request: Request) -> Response:
+        api_key = authenticate_key(request.headers.get("Authorization"))
+        data = RegisterIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        registered = services.register_agent(tenant=api_key.tenant, **data.validated_data)
+        raw_key = request.headers["Authorization"].strip().partition(" ")[2].strip()
+        body = {
+            "agent_id": registered.agent.id,
+            "api_key": raw_key,
+            "agent_token": registered.raw_token,
+            "name": registered.agent.name,
+            "registered_at": registered.agent.registered_at,
+        }
+        return Response(RegisterOut(body).data, status=201)
+
+    @extend_schema(
+        operation_id="list_agents",
+        parameters=[
+            *AGENT_AUTH_PARAMS,
+            OpenApiParameter("q", str, description="Case-insensitive name search."),
+            OpenApiParameter("limit", int, description="Page size, 1–500 (default 100)."),
+            OpenApiParameter("cursor", str, description="`next_cursor` of the previous page."),
+        ],
+        responses={
+            200: inline_serializer(
+                "AgentList",
+                {
+                    "agents": AgentOut(many=True),
+                    "next_cursor": serializers.CharField(allow_null=True),
+                },
+            )
+        },
+    )
+    def get(self, request: Request) -> Response:
+        identity = agent_identity(request)
+        params = ListParams(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        agents, next_cursor = selectors.list_active_agents(
+            tenant=identity.tenant, **params.validated_data
+        )
+        return Response({"agents": AgentOut(agents, many=True).data, "next_cursor": next_cursor})
+
+
+class ListParams(serializers.Serializer):
+    q = serializers.CharField(required=False, default="", max_length=200, allow_blank=True)
+    limit = serializers.IntegerField(required=False, default=100, min_value=1, max_value=500)
+    cursor = serializers.CharField(required=False, default=None, max_length=1000)
+
+
+class AgentDetailView(APIView):
+    def _own(self, identity: AgentIdentity, agent_id: str) -> Agent:
+        agent = selectors.active_agent(tenant=identity.tenant, agent_id=agent_id)
+        if agent.pk != identity.agent.pk:
+            raise Forbidden("Agents can only change themselves.")
+        return identity.agent
+
+    @extend_schema(
+        operation_id="get_agent", parameters=AGENT_AUTH_PARAMS, responses={200: AgentDetailOut}
+    )
+    def get(self, request: Request, agent_id: str) -> Response:
+        identity = agent_identity(request)
+        agent = selectors.active_agent(tenant=identity.tenant, agent_id=agent_id)
+        return Response(AgentDetailOut(agent, context={"request": request}).data)
+
+    @extend_schema(
+        operation_id="update_agent",
+        parameters=AGENT_AUTH_PARAMS,
+        request=AgentPatchIn,
+        responses={200: AgentDetailOut},
+    )
+    def patch(self, request: Request, agent_id: str) -> Response:
+        identity = agent_identity(request)
+        agent = self._own(identity, agent_id)
+        data = AgentPatchIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.update_agent(agent=agent, **data.validated_data)
+        return Response(AgentDetailOut(agent, context={"request": request}).data)
+
+    @extend_schema(
+        operation_id="deregister_agent", parameters=AGENT_AUTH_PARAMS, responses={204: None}
+    )
+    def delete(self, request: Request, agent_id: str) -> Response:
+        identity = agent_identity(request)
+        services.deregister_agent(agent=self._own(identity, agent_id))
+        return Response(status=204)
+
+
+class AgentTokenView(APIView):
+    @extend_schema(
+        operation_id="rotate_agent_token",
+        parameters=AGENT_AUTH_PARAMS,
+        request=None,
+        responses={
+            200: inline_serializer(
+                "AgentToken",
+                {"agent_id": serializers.UUIDField(), "agent_token": serializers.CharField()},
+            )
+        },
+        description="Issue a new agent token; the previous token stops working at once.",
+    )
+    def post(self, request: Request, agent_id: str) -> Response:
+        identity = agent_identity(request)
+        agent = selectors.active_agent(tenant=identity.tenant, agent_id=agent_id)
+        if agent.pk != identity.agent.pk:
+            raise Forbidden("Agents can only rotate their own token.")
+        with transaction.atomic():
+            raw = services.rotate_agent_token(agent=identity.agent)
+        return Response({"agent_id": str(agent.pk), "agent_token": raw})

@@ -1,0 +1,80 @@
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from tenants.models import Tenant
+
+
+class Sensitivity(models.TextChoices):
+    """Disclosure levels, ordered: public-safe < internal < restricted."""
+
+    PUBLIC_SAFE = "public-safe", "Public-safe"
+    INTERNAL = "internal", "Internal"
+    RESTRICTED = "restricted", "Restricted"
+
+
+SENSITIVITY_RANK = {Sensitivity.PUBLIC_SAFE: 0, Sensitivity.INTERNAL: 1, Sensitivity.RESTRICTED: 2}
+
+
+def allow_all() -> list[str]:
+    return ["*"]
+
+
+class Agent(models.Model):
+    """An identity inside a tenant, usually an ephemeral coding-agent session."""
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        DISABLED = "disabled", "Disabled"
+        DEREGISTERED = "deregistered", "Deregistered"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="agents")
+    name = models.CharField(max_length=200)
+    description = models.TextField(max_length=2000, blank=True)
+    skills = models.JSONField(default=list, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    registered_at = models.DateTimeField(default=timezone.now)
+    deregistered_at = models.DateTimeField(null=True, blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    token_hash = models.CharField(max_length=64, unique=True, null=True, blank=True, editable=False)
+    token_prefix = models.CharField(max_length=8, blank=True, editable=False)
+    webhook_url = models.URLField(max_length=2000, blank=True)
+    public = models.BooleanField(
+        default=False, help_text="Anonymous A2A callers may message this agent."
+    )
+    # Policy (DESIGN.md §4.5): allow-lists of agent ids or "*", and a disclosure ceiling.
+    send_to = models.JSONField(default=allow_all, blank=True)
+    receive_from = models.JSONField(default=allow_all, blank=True)
+    disclosure_ceiling = models.CharField(
+        max_length=16, choices=Sensitivity.choices, default=Sensitivity.INTERNAL
+    )
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["active", "disabled", "deregistered"]),
+                name="agent_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(status="deregistered", deregistered_at__isnull=False)
+                | (~Q(status="deregistered") & Q(deregistered_at__isnull=True)),
+                name="agent_deregistered_at_iff_deregistered",
+            ),
+            models.CheckConstraint(
+                condition=Q(disclosure_ceiling__in=["public-safe", "internal", "restricted"]),
+                name="agent_ceiling_valid",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "status", "name", "id"], name="agent_tenant_listing"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.id})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status == self.Status.ACTIVE

@@ -1,0 +1,174 @@
+"""The domain error hierarchy, with stable codes, and its translation to the REST envelope.
+
+Services raise these; each edge translates them: REST into
+`{"error": {"code", "message", "details"?}}`, JSON-RPC into an error object (messaging/a2a),
+forms into form errors. Nothing outside this hierarchy should ever reach a client.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.http import JsonResponse
+from rest_framework import exceptions as drf_exceptions
+from rest_framework.response import Response
+
+log = logging.getLogger(__name__)
+
+
+class HikyakuError(Exception):
+    code = "INTERNAL"
+    status = 500
+    # JSON-RPC code and A2A ErrorInfo reason used by the A2A surface.
+    rpc_code = -32603
+    rpc_reason = "INTERNAL_ERROR"
+
+    def __init__(self, message: str = "", *, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message or self.default_message())
+        self.message = message or self.default_message()
+        self.details = details
+
+    @classmethod
+    def default_message(cls) -> str:
+        return cls.__doc__.strip().splitlines()[0] if cls.__doc__ else cls.code
+
+    def envelope(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details:
+            body["details"] = self.details
+        return {"error": body}
+
+
+class Unauthenticated(HikyakuError):
+    """Missing or invalid credentials."""
+
+    code, status = "UNAUTHORIZED", 401
+    rpc_code, rpc_reason = -32600, "UNAUTHENTICATED"
+
+
+class Forbidden(HikyakuError):
+    """Not allowed."""
+
+    code, status = "FORBIDDEN", 403
+    rpc_code, rpc_reason = -32600, "PERMISSION_DENIED"
+
+
+class NotFound(HikyakuError):
+    """Not found."""
+
+    code, status = "NOT_FOUND", 404
+    rpc_code, rpc_reason = -32001, "TASK_NOT_FOUND"
+
+
+class AgentNotFound(NotFound):
+    """Agent not found."""
+
+    code = "AGENT_NOT_FOUND"
+
+
+class TaskNotFound(NotFound):
+    """Task not found."""
+
+
+class InvalidRequest(HikyakuError):
+    """Invalid request."""
+
+    code, status = "INVALID_REQUEST", 400
+    rpc_code, rpc_reason = -32602, "INVALID_PARAMS"
+
+
+class DestinationNotFound(InvalidRequest):
+    """Destination agent not found."""
+
+
+class TaskNotCancelable(HikyakuError):
+    """Task cannot be canceled."""
+
+    code, status = "TASK_NOT_CANCELABLE", 409
+    rpc_code, rpc_reason = -32002, "TASK_NOT_CANCELABLE"
+
+
+class UnsupportedOperation(HikyakuError):
+    """This operation is not supported in the task's current state."""
+
+    code, status = "UNSUPPORTED_OPERATION", 409
+    rpc_code, rpc_reason = -32004, "UNSUPPORTED_OPERATION"
+
+
+class RateLimited(HikyakuError):
+    """Rate limit exceeded; slow down."""
+
+    code, status = "RATE_LIMITED", 429
+    rpc_code, rpc_reason = -32029, "RATE_LIMITED"
+
+
+class PayloadTooLarge(HikyakuError):
+    """Request body too large."""
+
+    code, status = "PAYLOAD_TOO_LARGE", 413
+    rpc_code, rpc_reason = -32600, "PAYLOAD_TOO_LARGE"
+
+
+class ServiceUnavailable(HikyakuError):
+    """The service is temporarily unavailable; retry shortly."""
+
+    code, status = "UNAVAILABLE", 503
+    rpc_code, rpc_reason = -32603, "UNAVAILABLE"
+
+
+def error_response(error: HikyakuError) -> JsonResponse:
+    """A plain Django response carrying the REST error envelope."""
+    response = JsonResponse(error.envelope(), status=error.status)
+    if isinstance(error, Unauthenticated):
+        response["WWW-Authenticate"] = 'Bearer realm="hikyaku"'
+    return response
+
+
+def _validation_details(detail: Any) -> dict[str, Any]:
+    if isinstance(detail, dict):
+        return {
+            field: [str(m) for m in msgs] if isinstance(msgs, list) else _validation_details(msgs)
+            for field, msgs in detail.items()
+        }
+    if isinstance(detail, list):
+        return {"non_field_errors": [str(m) for m in detail]}
+    return {"non_field_errors": [str(detail)]}
+
+
+def rest_exception_handler(exc: Exception, context: dict) -> Response | None:
+    """DRF exception handler: every error leaves in the envelope of DESIGN.md §3."""
+    from django.db import DatabaseError
+    from django.http import Http404
+
+    error: HikyakuError
+    if isinstance(exc, HikyakuError):
+        error = exc
+    elif isinstance(exc, drf_exceptions.ValidationError):
+        error = InvalidRequest("Invalid request.", details=_validation_details(exc.detail))
+    elif isinstance(exc, drf_exceptions.ParseError):
+        error = InvalidRequest(f"Malformed request body: {exc.detail}")
+    elif isinstance(exc, drf_exceptions.UnsupportedMediaType):
+        error = InvalidRequest(str(exc.detail))
+    elif isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):
+        error = Unauthenticated(str(exc.detail))
+    elif isinstance(exc, drf_exceptions.PermissionDenied):
+        error = Forbidden(str(exc.detail))
+    elif isinstance(exc, Http404 | drf_exceptions.NotFound):
+        error = NotFound()
+    elif isinstance(exc, drf_exceptions.MethodNotAllowed):
+        response = Response(
+            {"error": {"code": "METHOD_NOT_ALLOWED", "message": str(exc.detail)}}, status=405
+        )
+        return response
+    elif isinstance(exc, drf_exceptions.Throttled):
+        error = RateLimited()
+    elif isinstance(exc, DatabaseError):
+        log.warning("database unavailable: %s", exc.__class__.__name__)
+        error = ServiceUnavailable()
+    else:
+        return None
+    response = Response(error.envelope(), status=error.status)
+    if isinstance(error, Unauthenticated):
+        response["WWW-Authenticate"] = 'Bearer realm="hikyaku"'
+    return response

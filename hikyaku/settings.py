@@ -1,0 +1,226 @@
+"""Hikyaku settings: one module, read from the environment.
+
+With no environment at all the broker runs on a SQLite file, the in-memory channel layer and
+eager Celery, so `make run` serves a working broker. DATABASE_URL, REDIS_URL and
+CELERY_BROKER_URL switch to Postgres and Redis. Every variable is documented in .env.example.
+"""
+
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DEV_SECRET_KEY = "dev-insecure-hikyaku-secret-key-change-me"
+
+env = environ.Env()
+if env.bool("HIKYAKU_READ_DOT_ENV", default=False):
+    environ.Env.read_env(BASE_DIR / ".env")
+
+DEBUG = env.bool("DJANGO_DEBUG", default=True)
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default=DEV_SECRET_KEY)
+if not DEBUG and SECRET_KEY == DEV_SECRET_KEY:
+    raise ImproperlyConfigured(
+        "DJANGO_DEBUG is off but DJANGO_SECRET_KEY is the development key: set a real secret."
+    )
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["*"] if DEBUG else ["localhost"])
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.sites",
+    "rest_framework",
+    "drf_spectacular",
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "channels",
+    "tenants",
+    "agents",
+    "messaging",
+    "webui",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "hikyaku.middleware.BodyLimitMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+]
+
+ROOT_URLCONF = "hikyaku.urls"
+WSGI_APPLICATION = "hikyaku.wsgi.application"
+ASGI_APPLICATION = "hikyaku.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# Database: a SQLite file by default, Postgres via DATABASE_URL. Connections are not kept
+# across requests (CONN_MAX_AGE=0) because persistent connections leak under ASGI; the
+# WSGI web processes may opt in with DATABASE_CONN_MAX_AGE.
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'hikyaku.sqlite3'}")
+}
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;",
+    }
+    DATABASES["default"]["TEST"] = {"NAME": env.str("SQLITE_TEST_NAME", default=None)}
+IS_POSTGRES = DATABASES["default"]["ENGINE"].startswith("django.db.backends.postgresql")
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_USER_MODEL = "tenants.User"
+SITE_ID = 1
+
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+# django-allauth: email login, no usernames.
+ACCOUNT_USER_MODEL_USERNAME_FIELD = None
+ACCOUNT_LOGIN_METHODS = {"email"}
+ACCOUNT_SIGNUP_FIELDS = ["email*", "password1*", "password2*"]
+ACCOUNT_EMAIL_VERIFICATION = env.str("HIKYAKU_EMAIL_VERIFICATION", default="optional")
+ACCOUNT_LOGOUT_ON_GET = False
+LOGIN_REDIRECT_URL = "/ui/"
+LOGIN_URL = "/accounts/login/"
+EMAIL_BACKEND = env.str(
+    "DJANGO_EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend"
+)
+DEFAULT_FROM_EMAIL = env.str("DJANGO_DEFAULT_FROM_EMAIL", default="hikyaku@localhost")
+
+# An OpenID Connect provider (e.g. Auth0) is offered only when configured.
+OIDC_CLIENT_ID = env.str("HIKYAKU_OIDC_CLIENT_ID", default="")
+SOCIALACCOUNT_PROVIDERS = {}
+if OIDC_CLIENT_ID:
+    INSTALLED_APPS.append("allauth.socialaccount.providers.openid_connect")
+    SOCIALACCOUNT_PROVIDERS["openid_connect"] = {
+        "APPS": [
+            {
+                "provider_id": env.str("HIKYAKU_OIDC_PROVIDER_ID", default="oidc"),
+                "name": env.str("HIKYAKU_OIDC_NAME", default="Single sign-on"),
+                "client_id": OIDC_CLIENT_ID,
+                "secret": env.str("HIKYAKU_OIDC_CLIENT_SECRET", default=""),
+                "settings": {"server_url": env.str("HIKYAKU_OIDC_SERVER_URL", default="")},
+            }
+        ]
+    }
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = env.str("DJANGO_STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
+
+# Security headers.
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Redis: channel layer (doorbells) and, unless CELERY_BROKER_URL says otherwise, Celery.
+REDIS_URL = env.str("REDIS_URL", default="")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": "hikyaku"},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_TASK_EAGER_PROPAGATES = False
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE: dict = {}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": [],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "hikyaku.errors.rest_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Hikyaku REST API",
+    "DESCRIPTION": "Agent registry and task timelines of the Hikyaku broker. "
+    "Messaging itself is A2A JSON-RPC at POST /a2a/.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# Product settings.
+HIKYAKU_BASE_URL = env.str("HIKYAKU_BASE_URL", default="").rstrip("/")
+HIKYAKU_MAX_BODY_BYTES = env.int("HIKYAKU_MAX_BODY_BYTES", default=1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = HIKYAKU_MAX_BODY_BYTES
+HIKYAKU_MAX_MESSAGE_BYTES = env.int("HIKYAKU_MAX_MESSAGE_BYTES", default=256 * 1024)
+HIKYAKU_MAX_PARTS = env.int("HIKYAKU_MAX_PARTS", default=64)
+HIKYAKU_MAX_METADATA_BYTES = env.int("HIKYAKU_MAX_METADATA_BYTES", default=16 * 1024)
+HIKYAKU_MAX_AGENTS_PER_TENANT = env.int("HIKYAKU_MAX_AGENTS_PER_TENANT", default=10_000)
+HIKYAKU_MAX_THREAD_DEPTH = env.int("HIKYAKU_MAX_THREAD_DEPTH", default=16)
+HIKYAKU_RATE_LIMIT_PER_MINUTE = env.int("HIKYAKU_RATE_LIMIT_PER_MINUTE", default=1200)
+HIKYAKU_RETENTION_DAYS = env.int("HIKYAKU_RETENTION_DAYS", default=30)
+HIKYAKU_DEREGISTERED_TTL_DAYS = env.int("HIKYAKU_DEREGISTERED_TTL_DAYS", default=7)
+# last_used_at / last_seen_at are written at most this often per key or agent.
+HIKYAKU_TOUCH_INTERVAL_SECONDS = env.int("HIKYAKU_TOUCH_INTERVAL_SECONDS", default=60)
+
+LOG_FORMAT = env.str("HIKYAKU_LOG_FORMAT", default="text" if DEBUG else "json")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "hikyaku.logging.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    "root": {"handlers": ["console"], "level": env.str("HIKYAKU_LOG_LEVEL", default="INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

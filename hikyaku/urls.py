@@ -1,0 +1,49 @@
+from django.contrib import admin
+from django.http import HttpRequest, JsonResponse
+from django.urls import include, path
+from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from agents import api as agents_api
+from agents.views import broker_agent_card
+
+from . import health
+
+admin.site.site_header = "Hikyaku administration"
+admin.site.site_title = "Hikyaku admin"
+admin.site.index_title = "Tenants, keys, agents and tasks"
+# Admin login goes through allauth (one login flow for people).
+admin.site.login = RedirectView.as_view(url="/accounts/login/", query_string=True)
+
+urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path(".well-known/agent-card.json", broker_agent_card, name="agent-card"),
+    path("api/v1/agents", agents_api.AgentListView.as_view(), name="api-agents"),
+    path("api/v1/agents/<str:agent_id>", agents_api.AgentDetailView.as_view(), name="api-agent"),
+    path(
+        "api/v1/agents/<str:agent_id>/token",
+        agents_api.AgentTokenView.as_view(),
+        name="api-agent-token",
+    ),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("admin/", admin.site.urls),
+    path("accounts/", include("allauth.urls")),
+    path("", include("messaging.urls")),
+    path("ui/", include("webui.urls")),
+]
+
+
+def _json_not_found(request: HttpRequest, exception=None) -> JsonResponse:
+    return JsonResponse({"error": {"code": "NOT_FOUND", "message": "Not found."}}, status=404)
+
+
+def _json_server_error(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(
+        {"error": {"code": "INTERNAL", "message": "Internal server error."}}, status=500
+    )
+
+
+handler404 = _json_not_found
+handler500 = _json_server_error

@@ -1,0 +1,54 @@
+"""Small explicit fixtures. Factories live in tests/factories.py."""
+
+import pytest
+from django.test import Client
+
+from tests import factories
+
+
+@pytest.fixture
+def tenant(db):
+    return factories.tenant("acme")
+
+
+@pytest.fixture
+def other_tenant(db):
+    return factories.tenant("globex")
+
+
+@pytest.fixture
+def api_key(tenant):
+    """The raw key of an active key of `tenant`."""
+    return factories.api_key(tenant)
+
+
+@pytest.fixture
+def other_api_key(other_tenant):
+    return factories.api_key(other_tenant)
+
+
+@pytest.fixture
+def agent(tenant):
+    return factories.agent(tenant, name="alice")
+
+
+@pytest.fixture
+def peer(tenant):
+    return factories.agent(tenant, name="bob")
+
+
+@pytest.fixture
+def stranger(other_tenant):
+    """An agent of another tenant."""
+    return factories.agent(other_tenant, name="mallory")
+
+
+@pytest.fixture
+def client():
+    return Client()
+
+
+@pytest.fixture
+def agent_client(agent):
+    """A client that authenticates as `agent` with its agent token."""
+    return factories.AgentClient(agent)
