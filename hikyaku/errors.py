@@ -44,7 +44,7 @@ class Unauthenticated(HikyakuError):
     """Missing or invalid credentials."""
 
     code, status = "UNAUTHORIZED", 401
-    rpc_code, rpc_reason = -32600, "UNAUTHENTICATED"
+    rpc_code, rpc_reason = -32000, "UNAUTHENTICATED"
 
 
 class Forbidden(HikyakuError):
