@@ -70,7 +70,8 @@ class Task(models.Model):
         max_length=16, choices=Sensitivity.choices, default=Sensitivity.INTERNAL
     )
     search_text = models.TextField(blank=True)
-    message_id = models.CharField(max_length=200, null=True, blank=True)
+    # NULL, not "", for tasks without a messageId so the unique constraint ignores them.
+    message_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     content_hash = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
