@@ -86,7 +86,8 @@ def list_tasks(call: Call) -> dict[str, Any]:
         raise InvalidRequest("contextId must be a string.", details={"field": "contextId"})
     status = params.get("status")
     states = parse_states(status) if status not in (None, "", "TASK_STATE_UNSPECIFIED") else None
-    after = params.get("statusTimestampAfter")
+    # `since` is the old broker's name for the same filter (its CLI's `poll --since`).
+    after = params.get("statusTimestampAfter", params.get("since"))
     status_after = None
     if after is not None:
         try:
