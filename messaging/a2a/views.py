@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.views.decorators.csrf import csrf_exempt
 
 from agents.auth import authenticate_agent
-from hikyaku.errors import HikyakuError, ServiceUnavailable, Unauthenticated
+from hikyaku.errors import HikyakuError, RateLimited, ServiceUnavailable, Unauthenticated, decorate
 
 from ..services import Sender
 from . import errors
@@ -106,9 +106,9 @@ def jsonrpc(request: HttpRequest) -> HttpResponse:
                 params=params,
             )
         )
-    except Unauthenticated as exc:
-        response = _json(errors.response(request_id, errors.from_domain(exc)), status=401)
-        response["WWW-Authenticate"] = 'Bearer realm="hikyaku"'
+    except (Unauthenticated, RateLimited) as exc:
+        response = _json(errors.response(request_id, errors.from_domain(exc)), status=exc.status)
+        decorate(response, exc)
         return response
     except HikyakuError as exc:
         return _json(errors.response(request_id, errors.from_domain(exc)))

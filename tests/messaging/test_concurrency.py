@@ -59,7 +59,7 @@ def test_ack_cancel_and_a_second_ack_race_and_exactly_one_wins(broker, tenant):
             barrier = threading.Barrier(len(calls))
             outcomes: list[dict] = [None] * len(calls)
 
-            def fire(i, token, payload):
+            def fire(i, token, payload, barrier=barrier, outcomes=outcomes):
                 with httpx.Client(base_url=broker.url, headers=headers, timeout=30) as own:
                     barrier.wait()
                     outcomes[i] = own.post(
