@@ -10,6 +10,7 @@ REST, JSON-RPC, SSE and MCP-over-HTTP all call `authenticate_agent` with the raw
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -122,6 +123,45 @@ def identity_is_current(identity: AgentIdentity) -> bool:
         tenant__api_keys__key_hash=identity.credential_hash,
         tenant__api_keys__revoked_at__isnull=True,
     ).exists()
+
+
+def current_identities(identities: Iterable[AgentIdentity]) -> set[tuple[uuid.UUID, str]]:
+    """`identity_is_current` for many identities at once (the open streams of a process):
+    the `(agent id, credential hash)` pairs that still hold. At most three queries per chunk
+    whatever the number of identities, under exactly the same rules."""
+    tokens = {(i.agent.pk, i.credential_hash) for i in identities if i.via_token}
+    keys = {(i.agent.pk, i.credential_hash) for i in identities if not i.via_token}
+    current: set[tuple[uuid.UUID, str]] = set()
+    for chunk in _chunks(sorted(tokens, key=str)):
+        rows = Agent.objects.filter(
+            pk__in={pk for pk, _ in chunk}, status=Agent.Status.ACTIVE
+        ).values_list("pk", "token_hash")
+        current |= {row for row in rows if row in chunk}
+    now = timezone.now()
+    for chunk in _chunks(sorted(keys, key=str)):
+        key_tenants = dict(
+            ApiKey.objects.filter(
+                ApiKey.active_q(now), key_hash__in={h for _, h in chunk}
+            ).values_list("key_hash", "tenant_id")
+        )
+        agent_tenants = dict(
+            Agent.objects.filter(
+                pk__in={pk for pk, _ in chunk},
+                status=Agent.Status.ACTIVE,
+                tenant__require_agent_tokens=False,
+            ).values_list("pk", "tenant_id")
+        )
+        current |= {
+            (pk, h)
+            for pk, h in chunk
+            if pk in agent_tenants and key_tenants.get(h) == agent_tenants[pk]
+        }
+    return current
+
+
+def _chunks(items: list, size: int = 500) -> Iterator[set]:
+    for start in range(0, len(items), size):
+        yield set(items[start : start + size])
 
 
 def _touch_agent(agent: Agent) -> None:

@@ -16,3 +16,11 @@ def transition(kind: str) -> None:
 
 def events_written(count: int) -> None:
     pass
+
+
+def stream_opened(kind: str) -> None:
+    pass
+
+
+def stream_closed(kind: str) -> None:
+    pass

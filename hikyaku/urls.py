@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agents import api as agents_api
 from agents.views import broker_agent_card
+from messaging.stream.views import tenant_stream
 
 from . import health
 
@@ -31,6 +32,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("allauth.urls")),
     path("", include("messaging.urls")),
+    # Served by messaging.stream's lean handler in stream processes (hikyaku.asgi); this view
+    # is the polling fallback for WSGI processes.
+    path("ui/t/<slug:slug>/stream", tenant_stream, name="ui-stream"),
     path("ui/", include("webui.urls")),
 ]
 

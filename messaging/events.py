@@ -27,20 +27,24 @@ log = logging.getLogger(__name__)
 
 DOORBELL_GROUP = "hikyaku.doorbell"
 
-Doorbell = dict[str, Any]  # {"type": "doorbell", "agents": [agent ids], "event": max event id}
+# {"type": "doorbell", "agents": [agent ids], "event": max event id, "tenant": tenant id}
+Doorbell = dict[str, Any]
 
 _local_listeners: list[Callable[[Doorbell], None]] = []
 _redis_client = None
 _redis_lock = threading.Lock()
 
 
-def ring_after_commit(*, agent_ids: Iterable[Any], event_id: int) -> None:
-    """Ring for these agents once the current transaction commits (at once outside one)."""
-    doorbell = {
+def ring_after_commit(*, agent_ids: Iterable[Any], event_id: int, tenant_id: Any = None) -> None:
+    """Ring for these agents (and their tenant, for the web UI's tenant-wide streams) once the
+    current transaction commits (at once outside one)."""
+    doorbell: Doorbell = {
         "type": "doorbell",
         "agents": sorted({str(a) for a in agent_ids if a}),
         "event": int(event_id),
     }
+    if tenant_id is not None:
+        doorbell["tenant"] = str(tenant_id)
     transaction.on_commit(partial(_ring, doorbell))
 
 

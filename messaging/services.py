@@ -277,7 +277,9 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
             event = _write_event(
                 task, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {"messageId": message_id}
             )
-            events.ring_after_commit(agent_ids=[recipient.id], event_id=event.id)
+            events.ring_after_commit(
+                agent_ids=[recipient.id], event_id=event.id, tenant_id=task.tenant_id
+            )
     except IntegrityError:
         # A concurrent retry with the same messageId won the insert.
         existing = _existing(sender, message_id)
@@ -416,7 +418,9 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
             metrics.events_written(len(written))
             if deliveries:
                 events.ring_after_commit(
-                    agent_ids=[r.id for r in recipients], event_id=max(e.id for e in written)
+                    agent_ids=[r.id for r in recipients],
+                    event_id=max(e.id for e in written),
+                    tenant_id=sender.tenant.id,
                 )
     except IntegrityError:
         existing = _existing(sender, message_id)
@@ -505,7 +509,9 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
             task.state,
             {"messageId": message.get("messageId"), "parts": parts},
         )
-        events.ring_after_commit(agent_ids=_party_ids(task), event_id=event.id)
+        events.ring_after_commit(
+            agent_ids=_party_ids(task), event_id=event.id, tenant_id=task.tenant_id
+        )
     metrics.transition(action)
     return task
 
@@ -544,7 +550,9 @@ def cancel_task(*, sender: Sender, task_id: str) -> Task:
         event = _write_event(
             task, sender, Kind.CANCEL, TaskState.INPUT_REQUIRED, TaskState.CANCELED, {}
         )
-        events.ring_after_commit(agent_ids=_party_ids(task), event_id=event.id)
+        events.ring_after_commit(
+            agent_ids=_party_ids(task), event_id=event.id, tenant_id=task.tenant_id
+        )
     metrics.transition(Kind.CANCEL)
     return task
 
