@@ -20,8 +20,14 @@ HEADERS = [
 ]
 
 
+# Characters that JSON leaves raw but that line splitters treat as line ends (Python's
+# str.splitlines(), hence httpx's iter_lines() and the a2a-sdk client): escaped, so one JSON
+# document stays on one `data:` line for every SSE client. The JSON value is unchanged.
+_LINE_BREAKERS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKERS)
 
 
 def event(data: Any, *, name: str | None = None, event_id: int | None = None) -> bytes:
