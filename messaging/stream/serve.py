@@ -179,8 +179,9 @@ def iterate(feed: Feed, *, poll_seconds: float | None = None) -> Iterator[bytes]
         elif time.monotonic() - last_write >= keepalive:
             yield sse.comment("keepalive")
             last_write = time.monotonic()
-    if batch.closed:
-        yield b"".join(feed.closing_frames(batch.closed))
+    closing = b"".join(feed.closing_frames(batch.closed)) if batch.closed else b""
+    if closing:
+        yield closing
 
 
 _slots: threading.BoundedSemaphore | None = None
