@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
@@ -33,6 +34,7 @@ Doorbell = dict[str, Any]
 _local_listeners: list[Callable[[Doorbell], None]] = []
 _redis_client = None
 _redis_lock = threading.Lock()
+_last_failure_logged = -1e9
 
 
 def ring_after_commit(*, agent_ids: Iterable[Any], event_id: int, tenant_id: Any = None) -> None:
@@ -58,9 +60,12 @@ def remove_local_listener(listener: Callable[[Doorbell], None]) -> None:
         _local_listeners.remove(listener)
 
 
-def group_channel_name(layer: Any) -> str:
-    """The Redis pub/sub channel channels-redis uses for our group."""
-    return f"{layer.prefix}__group__{DOORBELL_GROUP}"
+def group_channel_name(layer: Any = None) -> str:
+    """The Redis pub/sub channel channels-redis uses for our group. Read from settings: on
+    RedisPubSubChannelLayer, `layer.prefix` needs a running event loop (it is looked up on
+    the per-loop layer), and publishers are sync threads."""
+    config = settings.CHANNEL_LAYERS["default"].get("CONFIG", {})
+    return f"{config.get('prefix', 'asgi')}__group__{DOORBELL_GROUP}"
 
 
 def _ring(doorbell: Doorbell) -> None:
@@ -74,7 +79,11 @@ def _ring(doorbell: Doorbell) -> None:
         metrics.doorbell("rung")
     except Exception as exc:  # a failed doorbell must never fail a committed write
         metrics.doorbell("failed")
-        log.warning("doorbell not rung (%s); streams will catch up from the database", exc)
+        global _last_failure_logged
+        now = time.monotonic()
+        if now - _last_failure_logged >= 10:  # one line per outage, not one per send
+            _last_failure_logged = now
+            log.warning("doorbell not rung (%s); streams will catch up from the database", exc)
 
 
 def _publish_redis(doorbell: Doorbell) -> None:

@@ -190,6 +190,15 @@ class Hub:
 
     async def stop(self) -> None:
         events.remove_local_listener(self._ring_from_thread)
+        if settings.REDIS_URL and self.started:
+            # Close the layer's connection first, so cancelling the listener does not make
+            # channels-redis try (and fail, noisily) to unsubscribe from a cancelled task.
+            from channels.layers import get_channel_layer
+
+            try:
+                await get_channel_layer().flush()
+            except Exception as exc:
+                log.info("channel layer not flushed at shutdown (%s)", exc.__class__.__name__)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
