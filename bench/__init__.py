@@ -1,0 +1,1 @@
+"""The benchmark harness (see README, Benchmark)."""
