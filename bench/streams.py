@@ -194,9 +194,17 @@ class Environment:
         wait_http(self.web_port)
 
     def start_streams(self) -> subprocess.Popen:
-        proc = self._spawn(
-            "streams",
-            [
+        if self.args.stream_server == "daphne":
+            argv = [
+                str(Path(sys.executable).parent / "daphne"),
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.stream_port),
+                "hikyaku.asgi:application",
+            ]
+        else:
+            argv = [
                 sys.executable,
                 "-m",
                 "uvicorn",
@@ -210,8 +218,8 @@ class Environment:
                 "4096",
                 "--timeout-graceful-shutdown",
                 "2",
-            ],
-        )
+            ]
+        proc = self._spawn("streams", argv)
         wait_http(self.stream_port)
         return proc
 
@@ -673,6 +681,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--storm-window", type=float, default=5)
     p.add_argument("--idle-settle", type=float, default=5)
     p.add_argument("--client-processes", type=int, default=4)
+    p.add_argument(
+        "--stream-server",
+        choices=["uvicorn", "daphne"],
+        default="uvicorn",
+        help="what serves hikyaku.asgi for the streams (production: uvicorn)",
+    )
     p.add_argument("--phases", default="live,storm,idle")
     p.add_argument("--output", default=str(RESULTS / "streams.json"))
     args = p.parse_args(argv)
@@ -681,7 +695,8 @@ def main(argv: list[str] | None = None) -> int:
     env = Environment(args)
     results: dict = {
         "machine": {"cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()},
-        "topology": "granian WSGI (sends) + one uvicorn hikyaku.asgi process (streams), "
+        "topology": f"granian WSGI (sends) + one {args.stream_server} hikyaku.asgi process "
+        "(streams), "
         "Postgres, private Redis; raw-socket asyncio subscribers in "
         f"{args.client_processes} processes",
         "targets": {

@@ -94,7 +94,7 @@ async def application(scope, receive, send):
         if path == "/api/v1/subscribe":
             await inbox.subscribe(scope, receive, send)
             return
-        if path.startswith("/ui/t/") and web.PATH.match(path) and method in ("GET", "HEAD"):
+        if path.startswith("/ui/t/") and web.PATH.match(path) and method == "GET":
             await web.tenant_stream(scope, receive, send)
             return
         if method == "POST" and path in RPC_PATHS:

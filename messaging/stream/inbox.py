@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 
 async def subscribe(scope: sse.Scope, receive: sse.Receive, send: sse.Send) -> None:
-    if scope["method"] not in ("GET", "HEAD"):
+    if scope["method"] != "GET":
         await sse.send_json(
             send,
             405,

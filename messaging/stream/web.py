@@ -88,7 +88,7 @@ def still_allowed(session_key: str | None, slug: str, agent: str | None) -> str 
 
 async def tenant_stream(scope: sse.Scope, receive: sse.Receive, send: sse.Send) -> None:
     match = PATH.match(scope["path"])
-    if scope["method"] not in ("GET", "HEAD") or match is None:
+    if scope["method"] != "GET" or match is None:
         await sse.send_error(send, NotFound())
         return
     slug = match["slug"]

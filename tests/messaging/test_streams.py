@@ -366,3 +366,28 @@ def test_keepalive_comments_and_no_thread_per_stream(broker_factory, tenant):
     finally:
         for stream in streams:
             stream.close()
+
+
+def test_streams_survive_their_database_connections_being_killed(broker, alice, bob):
+    """What a Postgres restart does to the stream process's pooled connections."""
+    from django.conf import settings
+    from django.db import connection
+
+    if not settings.IS_POSTGRES:
+        pytest.skip("needs Postgres")
+    stream = subscribe(broker, bob)
+    try:
+        send(broker, alice, bob.id, "before")
+        assert texts([stream.next()]) == ["before"]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            assert cursor.fetchone()[0] >= 1
+        send(broker, alice, bob.id, "after")
+        assert texts([stream.next()]) == ["after"]
+    finally:
+        stream.close()
+    again = subscribe(broker, bob)  # new streams authenticate through the same pool
+    again.close()
