@@ -127,12 +127,14 @@ class Environment:
             "PYTHONUNBUFFERED": "1",
         }
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def _spawn(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
         log = (self.log_dir / f"{name}.log").open("wb")
         proc = subprocess.Popen(
             argv,
             cwd=ROOT,
-            env=self.env,
+            env={**self.env, **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
             preexec_fn=raise_fd_limit,
@@ -190,6 +192,9 @@ class Environment:
                 "--no-access-log",
                 "hikyaku.wsgi:application",
             ],
+            # Persistent DB connections are right under WSGI (one thread per request), as in
+            # production; not in the ASGI stream process.
+            env={"DATABASE_CONN_MAX_AGE": "60"},
         )
         wait_http(self.web_port)
 
@@ -218,6 +223,7 @@ class Environment:
                 "4096",
                 "--timeout-graceful-shutdown",
                 "2",
+                *self.args.uvicorn_args.split(),
             ]
         proc = self._spawn("streams", argv)
         wait_http(self.stream_port)
@@ -688,6 +694,9 @@ def main(argv: list[str] | None = None) -> int:
         help="what serves hikyaku.asgi for the streams (production: uvicorn)",
     )
     p.add_argument("--phases", default="live,storm,idle")
+    p.add_argument(
+        "--uvicorn-args", default="", help='extra uvicorn options, e.g. "--loop asyncio --http h11"'
+    )
     p.add_argument("--output", default=str(RESULTS / "streams.json"))
     args = p.parse_args(argv)
 
