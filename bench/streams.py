@@ -364,6 +364,8 @@ async def _client_main(agents, port, conn) -> None:
     streams = [Stream(i, a, t) for i, a, t in agents]
     errors: list[str] = []
 
+    reconnect_ms: list[float] = []
+
     async def open_all(subset: list[Stream], spread: float = 0.0) -> None:
         async def one(stream: Stream) -> None:
             if spread:
@@ -372,9 +374,11 @@ async def _client_main(agents, port, conn) -> None:
                     stream.task.cancel()
                 if stream.writer:
                     stream.writer.transport.abort()  # drop the connection, as a crash would
+            started = time.monotonic()
             stream.ready = asyncio.Event()
             stream.task = asyncio.create_task(_hold(stream, port, errors))
             await stream.ready.wait()
+            reconnect_ms.append((time.monotonic() - started) * 1000)
 
         await asyncio.gather(*(one(s) for s in subset))
 
@@ -387,9 +391,16 @@ async def _client_main(agents, port, conn) -> None:
             conn.send({"seconds": time.monotonic() - started, "errors": list(errors)})
         elif command == "storm":
             errors.clear()
+            reconnect_ms.clear()
             started = time.monotonic()
             await open_all(streams, spread=value)
-            conn.send({"seconds": time.monotonic() - started, "errors": list(errors)})
+            conn.send(
+                {
+                    "seconds": time.monotonic() - started,
+                    "errors": list(errors),
+                    "reconnect_ms": list(reconnect_ms),
+                }
+            )
         elif command == "collect":
             for stream in streams:
                 if stream.task:
@@ -632,11 +643,17 @@ def phase_storm(env: Environment, world: dict, args) -> dict:
     env.stop("streams")
     result = verify(sender.sent, records)
     storm_errors = [e for r in storm for e in r["errors"]]
+    reconnect = [ms for r in storm for ms in r["reconnect_ms"]]
     result.update(
         {
             "subscribers": len(agents),
             "storm_window_seconds": args.storm_window,
-            "reconnected_in_seconds": round(max(r["seconds"] for r in storm), 2),
+            "all_reconnected_after_seconds": round(max(r["seconds"] for r in storm), 2),
+            "reconnect_ms": {
+                "p50": round(percentile(reconnect, 50), 1),
+                "p99": round(percentile(reconnect, 99), 1),
+                "max": round(max(reconnect), 1),
+            },
             "reconnect_errors": len(storm_errors),
             "initial_connect_errors": len(connect_errors),
             "send_failures": len(sender.failures),
