@@ -153,13 +153,15 @@ class TaskFeed(Feed):
         return Batch([first], closed="terminal" if task.is_terminal else None, more=True)
 
     def fetch(self) -> Batch:
-        if self.identity is not None and not identity_is_current(self.identity):
-            return Batch(closed="credentials")
         rows = list(
             TaskEvent.objects.filter(task_id=self.task.pk, id__gt=self.cursor)
             .select_related("task__sender", "task__recipient")
             .order_by("id")[:PAGE]
         )
+        if not rows:
+            return Batch()  # the hub re-checks the credentials of idle streams
+        if self.identity is not None and not identity_is_current(self.identity):
+            return Batch(closed="credentials")
         frames = []
         for row in rows:
             self.cursor = row.id

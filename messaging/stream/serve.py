@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections
 from django.http import StreamingHttpResponse
 
+from agents.auth import identity_is_current
 from hikyaku import metrics
 from hikyaku.errors import ServiceUnavailable
 
@@ -160,9 +161,12 @@ def iterate(feed: Feed, *, poll_seconds: float | None = None) -> Iterator[bytes]
     while batch.closed is None:
         if not batch.more:
             time.sleep(poll)
-        if feed.check_seconds is not None and time.monotonic() - last_check >= feed.check_seconds:
+        if time.monotonic() - last_check >= settings.HIKYAKU_STREAM_CHECK_SECONDS:
+            # What the hub does for streams in a stream process.
             last_check = time.monotonic()
             reason = feed.check()
+            if reason is None and feed.identity is not None:
+                reason = None if identity_is_current(feed.identity) else "credentials"
             if reason:
                 batch = Batch(closed=reason)
                 break
