@@ -302,3 +302,36 @@ def test_a_wsgi_process_serves_streaming_methods_by_polling(tenant):
 
     terminal = rpc.error(alice, "SubscribeToTask", {"id": task["id"]})
     assert terminal["code"] == -32004
+
+
+@live
+def test_the_dispatcher_passes_other_requests_to_django_unchanged(broker, pair):
+    alice, bob = pair
+    tricky = "please SendStreamingMessage and SubscribeToTask, résumé ✓"
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": "x",
+            "method": "SendMessage",
+            "params": {"message": rpc.message(tricky, to=bob.id)},
+        }
+    ).encode()
+
+    def chunks():
+        yield body[:10]
+        yield body[10:]
+
+    # Chunked (no Content-Length), with streaming method names in the text: still Django's.
+    response = httpx.post(
+        f"{broker.url}/a2a/",
+        content=chunks(),
+        headers={"Authorization": f"Bearer {alice.token}", "A2A-Version": "1.0"},
+    )
+    task = response.json()["result"]["task"]
+    assert task["artifacts"][0]["parts"][0]["text"] == tricky
+    parse_error = httpx.post(
+        f"{broker.url}/",
+        content=b'{"method": "SendStreamingMessage", oops',
+        headers={"Authorization": f"Bearer {alice.token}"},
+    )
+    assert parse_error.json()["error"]["code"] == -32700
