@@ -1,3 +1,5 @@
+import os
+
 from django.contrib import admin
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
@@ -33,6 +35,10 @@ urlpatterns = [
     path("", include("messaging.urls")),
     path("ui/", include("webui.urls")),
 ]
+
+# The benchmark's floor view (bench/floor.py), mounted only for `make bench`.
+if os.environ.get("HIKYAKU_BENCH_FLOOR") == "1":
+    urlpatterns.append(path("", include("bench.floor")))
 
 
 def _json_not_found(request: HttpRequest, exception=None) -> JsonResponse:
