@@ -295,7 +295,7 @@ def _lock_destination(sender: Sender, to: str, sensitivity: str) -> Agent:
     except ValueError:
         pk = None
     recipient = (
-        Agent.objects.select_for_update()
+        Agent.objects.select_for_update(no_key=True)
         .filter(tenant=sender.tenant, pk=pk, status=Agent.Status.ACTIVE)
         .first()
         if pk
@@ -321,7 +321,7 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
     parts = message["parts"]
     try:
         with transaction.atomic():
-            candidates = Agent.objects.select_for_update().filter(
+            candidates = Agent.objects.select_for_update(no_key=True).filter(
                 tenant=sender.tenant, status=Agent.Status.ACTIVE
             )
             if sender.agent is not None:
@@ -627,7 +627,7 @@ def _party_ids(task: Task) -> list[uuid.UUID]:
 def _lock_parties(task: Task) -> None:
     ids = sorted(_party_ids(task))
     list(
-        Agent.objects.select_for_update()
+        Agent.objects.select_for_update(no_key=True)
         .filter(pk__in=ids)
         .order_by("id")
         .values_list("id", flat=True)
