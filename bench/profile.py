@@ -40,7 +40,8 @@ class Profiler:
         name = label.replace(" ", "_").replace("+", "_")
         out = self.out_dir / f"{name}.txt"
         self.files[name] = out
-        cmd = [py_spy(), "record", "--pid", str(self.root_pid), "--subprocesses", "--nolineno"]
+        cmd = [py_spy(), "record", "--pid", str(self.root_pid), "--subprocesses", "--gil"]
+        cmd += ["--nolineno"]
         cmd += ["--rate", str(self.rate), "--format", "raw", "--output", str(out)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.0)  # py-spy attaches to every worker before the load starts

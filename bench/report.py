@@ -126,6 +126,15 @@ def table(phases: dict[str, PhaseResult], summary: dict[str, Any]) -> str:
             f"duplicated {c['duplicated']}, cross-delivered {c['cross_delivered']}, unexpected "
             f"{c['unexpected']}, failed sends {c['failed_sends']}, failed acks {c['failed_acks']}"
         )
+    queries = summary.get("queries_per_op") or {}
+    if queries and "error" not in queries:
+        lines.append(
+            "SQL statements per request (incl. BEGIN/COMMIT) and in-process CPU ms: "
+            + ", ".join(
+                f"{name} {q['queries']} / {q['median_cpu_ms_in_process']:.2f}"
+                for name, q in queries.items()
+            )
+        )
     lines.append("targets (issue 3):")
     for key, t in summary["targets"].items():
         mark = {True: "met", False: "MISSED", None: "not measured"}[t["met"]]

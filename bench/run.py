@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 import urllib.request
@@ -19,7 +20,14 @@ from pathlib import Path
 
 from . import load, phases, report
 from .cpu import CpuMeter
-from .server import ServerConfig, environment, prepare_database, server_env, web_server
+from .server import (
+    ROOT,
+    ServerConfig,
+    environment,
+    prepare_database,
+    server_env,
+    web_server,
+)
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -52,6 +60,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=["auto", "wrk", "python"],
         default="auto",
         help="load generator for the floor and send phases (auto: wrk if installed)",
+    )
+    p.add_argument(
+        "--no-queries",
+        dest="queries",
+        action="store_false",
+        help="skip counting the SQL queries of each operation (bench/queries.py)",
     )
     p.add_argument("--output", type=Path, default=RESULTS / "latest.json")
     p.add_argument(
@@ -159,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         checks = bench.ledger.check() if with_messaging else None
         summary = report.summarize(results, checks, environment(cfg), vars_for_json(args))
+        if with_messaging and args.queries:
+            print("  SQL queries per operation (in-process, bench/queries.py) ...", flush=True)
+            summary["queries_per_op"] = count_queries(env)
     finally:
         web.stop()
     output = args.output
@@ -176,6 +193,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nWrote {output}")
     failed_checks = checks and (checks["lost"] or checks["duplicated"] or checks["cross_delivered"])
     return 1 if failed_checks else 0
+
+
+def count_queries(env: dict[str, str]) -> dict:
+    """Run bench/queries.py in a Django process of its own (test client host allowed)."""
+    env = {**env, "DJANGO_ALLOWED_HOSTS": "testserver", "HIKYAKU_LOG_LEVEL": "WARNING"}
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.queries"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode != 0:
+        return {"error": (out.stderr or out.stdout)[-2000:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def vars_for_json(args: argparse.Namespace) -> dict:
