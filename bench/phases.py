@@ -258,7 +258,9 @@ def send_unicasts(bench: Bench, count: int, tag: str = "send") -> PhaseResult:
 # --- drain: ListTasks + ack -----------------------------------------------------------------
 
 
-async def _drain_agent(bench: Bench, agent: Agent, gate: asyncio.Semaphore, stats: Counter):
+async def _drain_agent(
+    bench: Bench, agent: Agent, gate: asyncio.Semaphore, stats: Counter, ack_ms: list[float]
+) -> None:
     conn = bench.connection()
     hdrs = {"Content-Type": "application/json", **a2a.headers(agent.token)}
     seen: set[str] = set()
@@ -286,12 +288,14 @@ async def _drain_agent(bench: Bench, agent: Agent, gate: asyncio.Semaphore, stat
                 seen.add(task["id"])
                 bench.ledger.deliveries.append((agent.id, a2a.delivery(task)))
                 ack_id = f"ack-{task['id']}"
+                t0 = time.monotonic()
                 resp = await conn.request(
                     "POST",
                     a2a.A2A_PATH,
                     headers=hdrs,
                     body=a2a.compact(a2a.ack(message_id=ack_id, task_id=task["id"])).encode(),
                 )
+                ack_ms.append((time.monotonic() - t0) * 1000)
                 stats["acks"] += 1
                 try:
                     state = a2a.result(resp.json())["task"]["status"]["state"]
@@ -308,11 +312,12 @@ async def _drain_agent(bench: Bench, agent: Agent, gate: asyncio.Semaphore, stat
 def drain(bench: Bench, name: str) -> PhaseResult:
     """Every agent lists its unread inbox (pages of 100) and acks each task until empty."""
     stats: Counter = Counter()
+    ack_ms: list[float] = []
     acked_before = sum(bench.ledger.acked_task_ids.values())
 
     async def work() -> None:
         gate = asyncio.Semaphore(bench.concurrency)
-        await asyncio.gather(*(_drain_agent(bench, a, gate, stats) for a in bench.agents))
+        await asyncio.gather(*(_drain_agent(bench, a, gate, stats, ack_ms) for a in bench.agents))
 
     _, cpu, seconds, own = measured(bench, name, lambda: asyncio.run(work()))
     acked = sum(bench.ledger.acked_task_ids.values()) - acked_before
@@ -323,6 +328,7 @@ def drain(bench: Bench, name: str) -> PhaseResult:
         cpu,
         "python",
         own,
+        latency_ms=percentiles(ack_ms),  # of the acks
         extra={"list_requests": stats["lists"], "ack_requests": stats["acks"]},
     )
 
