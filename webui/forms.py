@@ -1,0 +1,83 @@
+"""Forms of the web UI. They parse and validate input; the services do the writes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from django import forms
+from django.utils import timezone
+
+from hikyaku.errors import HikyakuError
+from tenants.models import Membership
+
+EXPIRY_CHOICES = [
+    ("never", "Never"),
+    ("7", "In 7 days"),
+    ("30", "In 30 days"),
+    ("90", "In 90 days"),
+    ("365", "In 1 year"),
+    ("custom", "On a date…"),
+]
+
+
+def add_service_error(form: forms.Form, error: HikyakuError) -> None:
+    """Show a domain error on the fields it names (details), else on the whole form."""
+    fields = [f for f in (error.details or {}) if f in form.fields]
+    if not fields:
+        form.add_error(None, error.message)
+    for field in fields:
+        form.add_error(field, error.message)
+
+
+class TenantForm(forms.Form):
+    name = forms.CharField(max_length=200, widget=forms.TextInput(attrs={"autofocus": True}))
+    slug = forms.SlugField(
+        max_length=64,
+        required=False,
+        help_text="Used in URLs. Letters, digits and dashes; made from the name when empty.",
+    )
+
+
+class AddMemberForm(forms.Form):
+    email = forms.EmailField(
+        help_text="The person must already have a Hikyaku account (they can sign up first)."
+    )
+    role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.MEMBER)
+
+
+class ApiKeyForm(forms.Form):
+    label = forms.CharField(
+        max_length=200,
+        required=False,
+        help_text="What or who uses this key, e.g. “CI runners”.",
+    )
+    expires = forms.ChoiceField(choices=EXPIRY_CHOICES, initial="never", label="Expires")
+    expires_on = forms.DateField(
+        required=False,
+        label="Expiry date (UTC)",
+        widget=forms.DateInput(attrs={"type": "date"}),
+        help_text="Only with “On a date…”: the key stops working at the start of this day.",
+    )
+    # A one-time token of the form instance. Submitting the same form twice (a reload of the
+    # page that showed the new key resubmits it) creates nothing and shows no key.
+    once = forms.CharField(widget=forms.HiddenInput, max_length=64)
+
+    def clean(self) -> dict:
+        data = super().clean()
+        choice = data.get("expires")
+        if choice == "custom":
+            day = data.get("expires_on")
+            if day is None:
+                self.add_error("expires_on", "Pick the expiry date.")
+            elif day <= timezone.now().date():
+                self.add_error("expires_on", "The expiry date must be in the future.")
+        return data
+
+    def expires_at(self) -> datetime | None:
+        choice = self.cleaned_data["expires"]
+        if choice == "never":
+            return None
+        if choice == "custom":
+            day = self.cleaned_data["expires_on"]
+            return datetime(day.year, day.month, day.day, tzinfo=UTC)
+        return timezone.now() + timedelta(days=int(choice))
