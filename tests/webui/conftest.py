@@ -166,11 +166,11 @@ def open_session(browser, base_url: str, **context_args: Any) -> tuple[Any, Brow
 
 
 @pytest.fixture
-def browser_session(chromium, server, transactional_db):
+def browser_session(broker, chromium, transactional_db):
     """A desktop-sized page on the real server; the database is flushed afterwards."""
     context, session = open_session(
         chromium,
-        server.url,
+        broker.url,
         viewport={"width": 1280, "height": 820},
         permissions=["clipboard-read", "clipboard-write"],
     )
@@ -179,11 +179,11 @@ def browser_session(chromium, server, transactional_db):
 
 
 @pytest.fixture
-def phone_session(chromium, server, transactional_db):
+def phone_session(broker, chromium, transactional_db):
     """A phone-sized page (390×844, touch) on the real server."""
     context, session = open_session(
         chromium,
-        server.url,
+        broker.url,
         viewport={"width": 390, "height": 844},
         device_scale_factor=2,
         is_mobile=True,

@@ -75,7 +75,9 @@ def test_the_oidc_button_appears_when_the_environment_configures_a_provider(tmp_
         "HIKYAKU_OIDC_NAME": "Example SSO",
         "HIKYAKU_OIDC_SERVER_URL": "https://sso.example.com",
     }
-    env.pop("DATABASE_URL", None)  # its own in-memory SQLite database
+    # Its own SQLite test database, not the one this process is using.
+    env.pop("DATABASE_URL", None)
+    env["SQLITE_TEST_NAME"] = str(tmp_path / "oidc.sqlite3")
     result = subprocess.run(
         [
             sys.executable,
