@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django import forms
 from django.utils import timezone
 
+from agents.models import Agent, Sensitivity
 from hikyaku.errors import HikyakuError
 from tenants.models import Membership
 
@@ -81,3 +84,65 @@ class ApiKeyForm(forms.Form):
             day = self.cleaned_data["expires_on"]
             return datetime(day.year, day.month, day.day, tzinfo=UTC)
         return timezone.now() + timedelta(days=int(choice))
+
+
+BROADCAST = "*"
+
+
+class SendMessageForm(forms.Form):
+    """A message sent by a person as one of the tenant's active agents."""
+
+    sender = forms.ChoiceField(label="Send as")
+    to = forms.ChoiceField(label="To")
+    text = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 6}),
+        max_length=100_000,
+    )
+    data = forms.CharField(
+        required=False,
+        label="Data (JSON, optional)",
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false", "class": "mono"}),
+        help_text='Sent as a data part, e.g. {"ticket": 42}.',
+    )
+    sensitivity = forms.ChoiceField(choices=Sensitivity.choices, initial=Sensitivity.INTERNAL)
+    # The message's messageId: resubmitting the same form never delivers twice.
+    once = forms.CharField(widget=forms.HiddenInput, max_length=64)
+
+    def __init__(self, *args: Any, agents: list[Agent], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        choices = [(str(agent.pk), agent.name) for agent in agents]
+        self.fields["sender"].choices = choices
+        self.fields["to"].choices = [(BROADCAST, "Everyone (broadcast)"), *choices]
+
+    def clean_data(self) -> Any:
+        raw = self.cleaned_data["data"].strip()
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc}") from None
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if not data.get("text", "").strip() and data.get("data") is None:
+            raise forms.ValidationError("Write a message, or give data, or both.")
+        return data
+
+    def message(self) -> dict[str, Any]:
+        """The A2A 1.0 Message (ProtoJSON), as the JSON-RPC surface would hand it over."""
+        parts: list[dict[str, Any]] = []
+        if self.cleaned_data["text"].strip():
+            parts.append({"text": self.cleaned_data["text"]})
+        if self.cleaned_data["data"] is not None:
+            parts.append({"data": self.cleaned_data["data"]})
+        metadata: dict[str, Any] = {"destination": self.cleaned_data["to"]}
+        if self.cleaned_data["sensitivity"] != Sensitivity.INTERNAL:
+            metadata["sensitivity"] = self.cleaned_data["sensitivity"]
+        return {
+            "messageId": self.cleaned_data["once"],
+            "role": "ROLE_USER",
+            "parts": parts,
+            "metadata": metadata,
+        }

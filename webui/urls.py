@@ -1,6 +1,6 @@
 from django.urls import include, path
 
-from .views import agents, keys, tenants
+from .views import agents, keys, messages, tenants
 
 app_name = "webui"
 
@@ -27,6 +27,10 @@ tenant_urls = [
         name="agent-enable",
     ),
     path("agents/<uuid:agent_id>/deregister/", agents.agent_deregister, name="agent-deregister"),
+    path("agents/<uuid:agent_id>/inbox/", messages.inbox, name="inbox"),
+    path("agents/<uuid:agent_id>/sent/", messages.sent, name="sent"),
+    path("tasks/<uuid:task_id>/", messages.task_detail, name="task"),
+    path("send/", messages.send, name="send"),
 ]
 
 urlpatterns = [

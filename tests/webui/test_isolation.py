@@ -11,6 +11,8 @@ import uuid
 import pytest
 
 from agents.models import Agent
+from messaging.models import Task
+from messaging.services import Sender, send_message
 from tenants.models import ApiKey
 from tests import factories
 from webui.urls import tenant_urls
@@ -18,22 +20,32 @@ from webui.urls import tenant_urls
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def acme_world(tenant, owner, agent):
+def world(tenant, agent) -> dict[str, str]:
+    """One of everything a tenant URL can name, in `tenant`."""
     factories.api_key(tenant)
+    task = send_message(
+        sender=Sender(tenant=tenant, agent=agent.model),
+        message={
+            "messageId": "m-1",
+            "parts": [{"text": "hi"}],
+            "metadata": {"destination": agent.id},
+        },
+    )
     return {
         "agent_id": agent.id,
         "key_id": str(ApiKey.objects.get(tenant=tenant).pk),
+        "task_id": str(task.pk),
     }
+
+
+@pytest.fixture
+def acme_world(tenant, owner, agent):
+    return world(tenant, agent)
 
 
 @pytest.fixture
 def globex_world(other_tenant, outsider, stranger):
-    factories.api_key(other_tenant)
-    return {
-        "agent_id": stranger.id,
-        "key_id": str(ApiKey.objects.get(tenant=other_tenant).pk),
-    }
+    return world(other_tenant, stranger)
 
 
 def fill(pattern: str, slug: str, ids: dict[str, str]) -> str:
@@ -101,6 +113,24 @@ def test_nothing_of_another_tenant_was_changed(owner_client, acme_world, globex_
     assert_all_404(owner_client, tenant_paths("globex", globex_world))
     assert Agent.objects.get(pk=globex_world["agent_id"]).status == "active"
     assert ApiKey.objects.get(pk=globex_world["key_id"]).revoked_at is None
+    assert Task.objects.filter(tenant__slug="globex").count() == 1
+
+
+def test_sending_cannot_use_or_reach_another_tenants_agents(owner_client, acme_world, globex_world):
+    page = owner_client.get("/ui/t/acme/send/").content.decode()
+    assert globex_world["agent_id"] not in page
+    response = owner_client.post(
+        "/ui/t/acme/send/",
+        {
+            "sender": globex_world["agent_id"],
+            "to": acme_world["agent_id"],
+            "text": "hi",
+            "sensitivity": "internal",
+            "once": "x1",
+        },
+    )
+    assert response.status_code == 400
+    assert Task.objects.count() == 2
 
 
 def test_the_tenant_switcher_lists_only_my_tenants(owner_client, acme_world, globex_world):
