@@ -93,6 +93,48 @@ def test_sign_up_create_tenant_key_agents_and_revoke(browser_session):
     expect(page.get_by_role("heading", name="alice")).to_be_visible()
     ui.shot("05-agent-detail")
 
+    # Send a message from the UI as alice to bob; it lands in bob's inbox, unread.
+    page.get_by_role("link", name="Send as alice").click()
+    page.select_option("select[name=to]", bob["agent_id"])
+    page.fill("textarea[name=text]", "Please review <PR #12> before the release.")
+    page.fill("textarea[name=data]", '{"pr": 12, "repo": "acme/robot"}')
+    page.get_by_role("button", name="Send").click()
+    page.wait_for_url(re.compile(r".*/ui/t/acme-robotics/tasks/[0-9a-f-]{36}/$"))
+    task_id = page.url.rstrip("/").rsplit("/", 1)[1]
+    expect(page.get_by_test_id("task-state")).to_have_text("Unread")
+    page.goto(f"/ui/t/acme-robotics/agents/{bob['agent_id']}/inbox/")
+    row = page.locator(f"tr[data-task-id='{task_id}']")
+    expect(row).to_contain_text("Please review <PR #12> before the release.")
+    expect(row.get_by_test_id("task-state")).to_have_text("Unread")
+    ui.shot("06-inbox")
+
+    # Bob acknowledges it over JSON-RPC (A2A 1.0); the task page shows it completed.
+    acked = httpx.post(
+        f"{ui.base_url}/a2a/",
+        headers={"Authorization": f"Bearer {bob['agent_token']}", "A2A-Version": "1.0"},
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "SendMessage",
+            "params": {
+                "message": {
+                    "messageId": "ack-1",
+                    "role": "ROLE_USER",
+                    "taskId": task_id,
+                    "parts": [{"text": "Looks good, merging."}],
+                    "metadata": {"action": "ack"},
+                }
+            },
+        },
+    )
+    assert "error" not in acked.json(), acked.text
+    page.goto(f"/ui/t/acme-robotics/tasks/{task_id}/")
+    expect(page.get_by_test_id("task-state")).to_have_text("Completed")
+    expect(page.get_by_test_id("timeline").locator("li")).to_have_count(2)
+    expect(page.get_by_test_id("timeline")).to_contain_text("Looks good, merging.")
+    expect(page.locator("pre[data-part=data]")).to_contain_text('"repo": "acme/robot"')
+    ui.shot("07-task")
+
     # The keys page counts the key's agents.
     page.goto("/ui/t/acme-robotics/keys/")
     row = page.locator(f"tr[data-key-prefix='{raw_key[4:12]}']")
@@ -105,7 +147,7 @@ def test_sign_up_create_tenant_key_agents_and_revoke(browser_session):
     warning = page.get_by_test_id("last-key-warning")
     expect(warning).to_contain_text("last active key")
     expect(warning).to_contain_text("deregisters all 2 agents")
-    ui.shot("06-revoke-confirm")
+    ui.shot("08-revoke-confirm")
     page.get_by_role("button", name="Revoke key and deregister agents").click()
     page.wait_for_url("**/ui/t/acme-robotics/keys/")
     expect(page.get_by_text("2 agent(s) were deregistered")).to_be_visible()
@@ -143,7 +185,7 @@ def test_log_in_out_and_password_reset_pages(browser_session):
 
     page.goto("/accounts/password/reset/")
     expect(page.get_by_role("heading", name="Password Reset")).to_be_visible()
-    ui.shot("07-password-reset")
+    ui.shot("09-password-reset")
     ui.assert_no_console_errors()
 
 
@@ -168,11 +210,11 @@ def test_the_ui_works_on_a_phone(phone_session, browser_session):
     expect(phone.get_by_test_id("agents")).to_contain_text("reviewer")
     # Nothing is wider than the screen: tables turn into stacked cards.
     assert phone.evaluate("document.documentElement.scrollWidth") <= 390
-    phone_session.shot("08-phone-agents")
+    phone_session.shot("10-phone-agents")
     phone.get_by_test_id("tenant-switcher").click()
     expect(phone.get_by_role("link", name="+ New tenant")).to_be_visible()
     phone.goto("/ui/t/mobile-lab/keys/")
     assert phone.evaluate("document.documentElement.scrollWidth") <= 390
-    phone_session.shot("09-phone-keys")
+    phone_session.shot("11-phone-keys")
     phone_session.assert_no_console_errors()
     browser_session.assert_no_console_errors()
