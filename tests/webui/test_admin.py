@@ -2,6 +2,7 @@
 actions go through the services."""
 
 import re
+import uuid
 
 import pytest
 from django.contrib.admin import helpers
@@ -9,6 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agents.models import Agent
+from messaging.models import Task
+from messaging.services import Sender, send_message
 from tenants.models import ApiKey, User
 from tests import factories
 
@@ -40,6 +43,8 @@ def test_admin_has_the_site_header(admin_client):
         "/admin/agents/agent/",
         "/admin/tenants/membership/",
         "/admin/tenants/user/",
+        "/admin/messaging/task/",
+        "/admin/messaging/taskevent/",
     ],
 )
 def test_changelists_run_in_constant_queries(admin_client, tenant, other_tenant, path):
@@ -49,12 +54,14 @@ def test_changelists_run_in_constant_queries(admin_client, tenant, other_tenant,
         return len(captured)
 
     factories.api_key(tenant)
-    factories.agent(tenant, name="one")
+    one = factories.agent(tenant, name="one")
+    send(one, one)
     baseline = queries()
     for n in range(4):
         factories.api_key(other_tenant)
-        factories.agent(other_tenant, name=f"agent-{n}")
+        other = factories.agent(other_tenant, name=f"agent-{n}")
         factories.user(f"user{n}@example.com")
+        send(other, other)
     assert queries() == baseline
 
 
@@ -111,6 +118,29 @@ def test_agent_actions_use_the_services(admin_client, agent, peer):
     admin_client.post("/admin/agents/agent/", {**data, "action": "deregister"})
     assert agent.refresh().status == "deregistered"
     assert Agent.objects.get(pk=agent.id).deregistered_at is not None
+
+
+def send(sender, to):
+    return send_message(
+        sender=Sender(tenant=sender.tenant, agent=sender.model),
+        message={
+            "messageId": uuid.uuid4().hex,
+            "parts": [{"text": "hi"}],
+            "metadata": {"destination": to.id},
+        },
+    )
+
+
+def test_tasks_and_events_are_read_only(admin_client, agent, peer):
+    task = send(agent, peer)
+    event = task.events.get()
+    assert admin_client.get("/admin/messaging/task/add/").status_code == 403
+    page = admin_client.get(f"/admin/messaging/task/{task.pk}/change/")
+    assert page.status_code == 200 and "Save" not in page.content.decode()
+    assert admin_client.get(f"/admin/messaging/taskevent/{event.pk}/delete/").status_code == 403
+    data = {"action": "delete_selected", helpers.ACTION_CHECKBOX_NAME: [str(task.pk)]}
+    admin_client.post("/admin/messaging/task/", data)
+    assert Task.objects.filter(pk=task.pk).exists()
 
 
 def test_admin_pages_keep_the_strict_csp(admin_client):
