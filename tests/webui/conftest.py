@@ -92,18 +92,24 @@ SCREENSHOTS = REPO / "test-artifacts" / "screenshots"
 DOCS_SCREENSHOTS = REPO / "docs" / "screenshots"
 
 
+def require_chromium(path: str) -> None:
+    """Skip when chromium is missing — or fail, when HIKYAKU_REQUIRE_BROWSER=1 (CI)."""
+    if Path(path).exists():
+        return
+    message = (
+        f"browser tests need Debian's chromium at {path} "
+        "(apt-get install chromium; or set HIKYAKU_CHROMIUM)"
+    )
+    if os.environ.get("HIKYAKU_REQUIRE_BROWSER") == "1":
+        pytest.fail(message + " — HIKYAKU_REQUIRE_BROWSER=1 forbids skipping them")
+    pytest.skip(message)
+
+
 @pytest.fixture(scope="session")
 def chromium():
     """Debian's chromium (never a downloaded browser). Missing, the browser tests skip — or
     fail when HIKYAKU_REQUIRE_BROWSER=1, as CI sets it."""
-    if not Path(CHROMIUM).exists():
-        message = (
-            f"browser tests need Debian's chromium at {CHROMIUM} "
-            "(apt-get install chromium; or set HIKYAKU_CHROMIUM)"
-        )
-        if os.environ.get("HIKYAKU_REQUIRE_BROWSER") == "1":
-            pytest.fail(message + " — HIKYAKU_REQUIRE_BROWSER=1 forbids skipping them")
-        pytest.skip(message)
+    require_chromium(CHROMIUM)
     from playwright.sync_api import sync_playwright
 
     # Playwright's sync API keeps an event loop on the main thread, which makes Django's

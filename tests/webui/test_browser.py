@@ -42,6 +42,17 @@ def register_agent(base_url: str, key: str, name: str, description: str) -> dict
     return response.json()
 
 
+def test_missing_chromium_skips_unless_ci_requires_it(monkeypatch):
+    from tests.webui.conftest import require_chromium
+
+    monkeypatch.delenv("HIKYAKU_REQUIRE_BROWSER", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="apt-get install chromium"):
+        require_chromium("/nonexistent/chromium")
+    monkeypatch.setenv("HIKYAKU_REQUIRE_BROWSER", "1")
+    with pytest.raises(pytest.fail.Exception, match="forbids skipping"):
+        require_chromium("/nonexistent/chromium")
+
+
 def test_sign_up_create_tenant_key_agents_and_revoke(browser_session):
     ui, page = browser_session, browser_session.page
 

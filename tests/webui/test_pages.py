@@ -8,6 +8,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from agents.models import Agent
+from messaging.services import Sender, send_message
 from tenants.credentials import hash_secret
 from tenants.models import ApiKey, Membership
 from tests import factories
@@ -46,7 +47,14 @@ def test_pages_carry_csp_and_framing_headers(owner_client):
 
 
 def test_pages_have_no_inline_script_or_style(owner_client, agent):
-    for path in ["/ui/", "/ui/t/acme/agents/", "/ui/t/acme/keys/", "/ui/t/acme/members/"]:
+    task = send_message(
+        sender=Sender(tenant=agent.tenant, agent=agent.model),
+        message={"messageId": "m", "parts": [{"text": "x"}], "metadata": {"destination": agent.id}},
+    )
+    paths = ["/ui/", "/ui/t/acme/agents/", "/ui/t/acme/keys/", "/ui/t/acme/members/"]
+    paths += [f"/ui/t/acme/agents/{agent.id}/{p}" for p in ("", "inbox/", "sent/")]
+    paths += [f"/ui/t/acme/tasks/{task.pk}/", "/ui/t/acme/send/", "/ui/tenants/new/"]
+    for path in paths:
         html = owner_client.get(path).content.decode()
         assert "<script>" not in html and "<script " not in html.replace("<script src=", "")
         assert " style=" not in html and "<style" not in html
