@@ -2,7 +2,6 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connections
 from django.db.migrations.loader import MigrationLoader
 
 from hikyaku.sqlite_backup import (
@@ -21,7 +20,8 @@ class Command(BaseCommand):
         "any server or worker runs, or when the backup fails its checks; the replaced "
         "database is kept aside with a timestamped name."
     )
-    # System checks could open the live database; restore must not hold it.
+    # Restore must not hold the live database open itself: no system checks (they could open
+    # it), and migrations are read from disk only.
     requires_system_checks: list = []
 
     def add_arguments(self, parser):
@@ -31,7 +31,6 @@ class Command(BaseCommand):
         database = sqlite_path(settings.DATABASES["default"])
         if database is None:
             raise CommandError(not_sqlite_message("restore"))
-        connections.close_all()
         backup_path = Path(backup)
         try:
             pending = self._check_migrations(backup_path)
