@@ -36,6 +36,14 @@ def free_port(candidates: Sequence[int] = SERVER_PORTS) -> int:
     raise RuntimeError(f"no free port in {candidates}")
 
 
+def free_ports(count: int, candidates: Sequence[int] = SERVER_PORTS) -> list[int]:
+    """`count` distinct free ports (free_port alone returns the same one until it is bound)."""
+    ports: list[int] = []
+    for _ in range(count):
+        ports.append(free_port([port for port in candidates if port not in ports]))
+    return ports
+
+
 def base_env(**overrides: str) -> dict[str, str]:
     """The test process's environment minus the database/redis choice, plus `overrides`."""
     env = {
