@@ -1,21 +1,20 @@
 """Prometheus metrics: the counters other modules bump, and the `/metrics` view.
 
-Call sites stay one line and cost a few microseconds::
+Callers use the hook functions, one line each, a few microseconds each::
 
     from hikyaku import metrics
 
-    metrics.SEND_MESSAGES.labels(type="unicast").inc()
-    metrics.DELIVERIES.inc(len(recipients))
-    metrics.EVENTS_WRITTEN.inc()
-    metrics.TASK_TRANSITIONS.labels(kind="complete").inc()
-    metrics.DOORBELLS.labels(outcome="rung").inc()
-    metrics.WEBHOOK_ATTEMPTS.labels(outcome="delivered").inc()
-    with metrics.STREAM_CONNECTIONS.labels(surface="subscribe").track_inprogress():
-        ...  # the open stream
+    metrics.sent("unicast", deliveries=1)        # after a send committed
+    metrics.transition("complete")              # after a lifecycle step committed
+    metrics.events_written(3)                   # counted when the transaction commits
+    metrics.doorbell("rung")                    # or "failed", "received", "missed"
+    metrics.webhook_attempt("delivered")        # see WEBHOOK_ATTEMPTS for the outcomes
+    with metrics.stream_open("subscribe"):      # or "a2a", "ui", "mcp"
+        ...                                     # the open stream (sync or async code)
 
-Count work that committed: bump counters for a write from `transaction.on_commit` (or after
-the service returned), so rolled-back work is never counted. Label values must come from
-small fixed sets (never ids, paths or user input), because each distinct value is a series.
+The metric objects below are public too, for anything the hooks do not cover. Count work
+that committed, so rolled-back work is never counted. Label values must come from small
+fixed sets (never ids, paths or user input), because each distinct value is a series.
 
 Several processes serve the broker (web workers, stream, Celery). Set `PROMETHEUS_MULTIPROC_DIR`
 to an empty directory shared by all of them on one host and every process writes its samples
@@ -43,6 +42,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from django.conf import settings
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -109,12 +109,60 @@ WEBHOOK_ATTEMPTS = Counter(
     ["outcome"],
 )
 
+# --- Hooks ---------------------------------------------------------------------------------
+
+# labels() takes a lock and builds a tuple on every call; a plain dict read does not. Label
+# values are bounded sets, so these caches are too. Racing threads may both create an entry;
+# labels() returns the same child, so that is harmless.
+_children: dict[tuple[int, str], object] = {}
+
+
+def _child(metric, value: str):
+    key = (id(metric), value)
+    child = _children.get(key)
+    if child is None:
+        child = metric.labels(value)
+        _children[key] = child
+    return child
+
+
+def sent(message_type: str, deliveries: int) -> None:
+    """A message was accepted: `message_type` is unicast or broadcast; one delivery task per
+    recipient."""
+    _child(SEND_MESSAGES, message_type).inc()
+    if deliveries:
+        DELIVERIES.inc(deliveries)
+
+
+def transition(kind: str) -> None:
+    """A task lifecycle event committed (ack, accept, complete, reject, fail, block, ...)."""
+    _child(TASK_TRANSITIONS, str(kind)).inc()
+
+
+def events_written(count: int) -> None:
+    """Events were written in the current transaction; they count once it commits.
+
+    Callable inside or outside a transaction (outside, it counts at once).
+    """
+    transaction.on_commit(lambda: EVENTS_WRITTEN.inc(count))
+
+
+def doorbell(outcome: str) -> None:
+    _child(DOORBELLS, outcome).inc()
+
+
+def webhook_attempt(outcome: str) -> None:
+    _child(WEBHOOK_ATTEMPTS, outcome).inc()
+
+
+def stream_open(surface: str):
+    """Count a stream as open for the duration of a `with` block (works in async code too)."""
+    return _child(STREAM_CONNECTIONS, surface).track_inprogress()
+
+
 # --- The request hot path ------------------------------------------------------------------
 
-# One (counter child, histogram child) pair per (route, method, status). `labels()` takes a
-# lock and builds a tuple each call; a plain dict read does not. Routes, methods and statuses
-# are bounded sets, so the cache is too. Racing threads may both create an entry; labels()
-# returns the same children, so that is harmless.
+# One (counter child, histogram child) pair per (route, method, status), cached as above.
 _request_children: dict[tuple[str, str, int], tuple] = {}
 
 

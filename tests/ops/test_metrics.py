@@ -93,6 +93,61 @@ def test_metrics_lists_every_domain_metric_for_other_modules(client):
     assert exposition(text)[("hikyaku_stream_connections", (("surface", "subscribe"),))] >= 1
 
 
+def test_messaging_counts_sends_deliveries_events_and_transitions(
+    agent, peer, tenant, django_capture_on_commit_callbacks
+):
+    from tests import factories
+    from tests.messaging.rpc import act, send
+
+    factories.agent(tenant, name="carol")
+    before = {
+        "unicast": sample("hikyaku_send_messages_total", type="unicast"),
+        "broadcast": sample("hikyaku_send_messages_total", type="broadcast"),
+        "deliveries": sample("hikyaku_deliveries_total"),
+        "events": sample("hikyaku_events_written_total"),
+        "accept": sample("hikyaku_task_transitions_total", kind="accept"),
+        "complete": sample("hikyaku_task_transitions_total", kind="complete"),
+    }
+    with django_capture_on_commit_callbacks(execute=True):
+        task = send(agent, peer.id, "build it")
+        act(peer, task["id"], "accept")
+        act(peer, task["id"], "complete", "done")
+        send(agent, "*", "standup")  # to peer and carol
+    assert sample("hikyaku_send_messages_total", type="unicast") == before["unicast"] + 1
+    assert sample("hikyaku_send_messages_total", type="broadcast") == before["broadcast"] + 1
+    assert sample("hikyaku_deliveries_total") == before["deliveries"] + 3
+    # created + accept + complete, then two deliveries and the broadcast summary.
+    assert sample("hikyaku_events_written_total") == before["events"] + 6
+    assert sample("hikyaku_task_transitions_total", kind="accept") == before["accept"] + 1
+    assert sample("hikyaku_task_transitions_total", kind="complete") == before["complete"] + 1
+
+
+def test_events_count_only_when_their_transaction_commits():
+    before = sample("hikyaku_events_written_total")
+    from django.db import transaction
+
+    with pytest.raises(RuntimeError):
+        with transaction.atomic():
+            metrics.events_written(5)
+            raise RuntimeError("rolled back")
+    assert sample("hikyaku_events_written_total") == before
+
+
+def test_the_other_hooks(client):
+    before = {
+        "rung": sample("hikyaku_doorbells_total", outcome="rung"),
+        "gave_up": sample("hikyaku_webhook_attempts_total", outcome="gave_up"),
+    }
+    metrics.doorbell("rung")
+    metrics.webhook_attempt("gave_up")
+    assert sample("hikyaku_doorbells_total", outcome="rung") == before["rung"] + 1
+    assert sample("hikyaku_webhook_attempts_total", outcome="gave_up") == before["gave_up"] + 1
+    open_before = sample("hikyaku_stream_connections", surface="mcp")
+    with metrics.stream_open("mcp"):
+        assert sample("hikyaku_stream_connections", surface="mcp") == open_before + 1
+    assert sample("hikyaku_stream_connections", surface="mcp") == open_before
+
+
 # --- Access ----------------------------------------------------------------------------------
 
 
