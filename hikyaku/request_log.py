@@ -10,8 +10,10 @@ The outermost middleware. For every request it
 
 The hook for views: once the caller is known, call
 `tag_request(request, tenant_id=..., agent_id=...)` (any small, non-secret values; `rpc_method`
-for JSON-RPC, for instance) and those keys join the line. It works with a Django or a DRF
-request; it stores them in `request.hikyaku_log`, a dict on the underlying HttpRequest. Headers, bodies and query strings are never logged, so keys and
+for JSON-RPC, for instance) and those keys join the line; text values are cut at 200
+characters. It works with a Django or a DRF request and stores them in
+`request.hikyaku_log`, a dict on the underlying HttpRequest, which a plain Django view may
+also set directly. Headers, bodies and query strings are never logged, so keys and
 tokens cannot leak through this line.
 
 Health checks and `/metrics` scrapes are counted but logged at DEBUG, so a load balancer
@@ -110,6 +112,9 @@ def _finish(
             if extra:
                 for key, value in extra.items():
                     if key not in _CORE_FIELDS and key not in _STANDARD:
+                        # Some values echo the caller (a JSON-RPC method name): keep them short.
+                        if isinstance(value, str) and len(value) > 200:
+                            value = value[:200] + "…"
                         fields[key] = value
             log.log(
                 level, "%s %s %s %.1fms", method, request.path, status, duration_ms, extra=fields

@@ -63,6 +63,22 @@ def test_the_line_names_the_tenant_and_agent_once_known(agent_client, agent, acc
     assert line["route"] == "api-agents"
 
 
+def test_json_rpc_calls_name_the_method_and_long_values_are_cut(agent_client, agent, access_log):
+    agent_client.post_json(
+        "/a2a/",
+        {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "nope"}},
+        HTTP_A2A_VERSION="1.0",
+    )
+    agent_client.post_json(
+        "/a2a/",
+        {"jsonrpc": "2.0", "id": 2, "method": "X" * 5000, "params": {}},
+        HTTP_A2A_VERSION="1.0",
+    )
+    first, second = access_log()
+    assert first["rpc_method"] == "GetTask" and first["agent_id"] == agent.id
+    assert len(second["rpc_method"]) == 201
+
+
 def test_registration_names_the_tenant(client, api_key, tenant, access_log):
     client.post(
         "/api/v1/agents",

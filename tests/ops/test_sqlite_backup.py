@@ -46,7 +46,7 @@ def world(world_template, tmp_path):
 
 def world_command(command: str, *args: str, env: dict) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "tests.ops.sqlite_world", command, *args],
+        [sys.executable, "-m", "tests.ops.world", command, *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -102,7 +102,14 @@ def test_round_trip_restores_every_row_of_every_table(world, tmp_path):
     # it, and the credential tables are not trivially empty.
     model_tables = {model._meta.db_table for model in apps.get_models()}
     assert model_tables <= set(before)
-    for table in ("tenants_tenant", "tenants_apikey", "agents_agent", "tenants_membership"):
+    for table in (
+        "tenants_tenant",
+        "tenants_apikey",
+        "tenants_membership",
+        "agents_agent",
+        "messaging_task",
+        "messaging_taskevent",
+    ):
         assert before[table], table
 
     backup = tmp_path / "snapshot.sqlite3"

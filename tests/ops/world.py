@@ -1,13 +1,15 @@
-"""Builds and inspects a populated SQLite broker database from a separate process.
+"""Builds and inspects a populated broker database from a separate process.
 
-Run as `python -m tests.ops.sqlite_world <command>` with DATABASE_URL pointing at a SQLite
-file; prints one JSON object. The backup tests use it so that the database they copy is a
-real file written by the real services, not pytest's in-memory test database.
+Run as `python -m tests.ops.world <command>` with DATABASE_URL pointing at the database
+(a SQLite file or a Postgres database); prints one JSON object. The backup tests use it so
+that the database they copy was written by the real services, outside pytest's test
+database.
 """
 
 import json
 import os
 import sys
+import uuid
 from datetime import timedelta
 
 import django
@@ -52,6 +54,7 @@ def populate() -> dict:
     agent_services.deregister_agent(agent=bob.agent)
     rotated = agent_services.register_agent(tenant=globex, name="carol", description="")
     new_token = agent_services.rotate_agent_token(agent=rotated.agent)
+    _exchange_messages(acme, alice.agent)
     return {
         "active_key": active.raw_key,
         "spare_key": spare.raw_key,
@@ -64,6 +67,28 @@ def populate() -> dict:
         "carol_old_token": rotated.raw_token,
         "carol_token": new_token,
     }
+
+
+def _message(text: str, **metadata) -> dict:
+    message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
+    if metadata:
+        message["metadata"] = metadata
+    return message
+
+
+def _exchange_messages(tenant, alice) -> None:
+    """Tasks and events in several states: completed, cancelled, unread, and a broadcast."""
+    from messaging.services import Sender, act_on_task, cancel_task, send_message
+
+    erin = agent_services.register_agent(tenant=tenant, name="erin", description="worker").agent
+    as_alice, as_erin = Sender(tenant=tenant, agent=alice), Sender(tenant=tenant, agent=erin)
+    work = send_message(sender=as_alice, message=_message("build PR 12"), to=str(erin.id))
+    act_on_task(sender=as_erin, task_id=str(work.id), action="accept", message=_message("on it"))
+    act_on_task(sender=as_erin, task_id=str(work.id), action="complete", message=_message("green"))
+    withdrawn = send_message(sender=as_alice, message=_message("never mind"), to=str(erin.id))
+    cancel_task(sender=as_alice, task_id=str(withdrawn.id))
+    send_message(sender=as_alice, message=_message("still unread"), to=str(erin.id))
+    send_message(sender=as_erin, message=_message("standup in 5"), to="*")
 
 
 def mutate(secrets: dict) -> dict:
