@@ -51,7 +51,7 @@ cluster-status:
 	@$(BIN)/python scripts/cluster.py status
 
 bench: $(STAMP)
-	@$(BIN)/python -m bench.run
+	@$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 lock:
 	uv pip compile pyproject.toml --extra dev -o requirements.lock --python-version 3.11 --generate-hashes

@@ -16,7 +16,7 @@ Environment (defaults in brackets):
   CLUSTER_WORKER_CONCURRENCY  Celery worker pool size [2]
   DATABASE_URL                [postgres://postgres@127.0.0.1:5432/hikyaku_cluster]
                               (created if missing)
-  REDIS_URL                   [redis://127.0.0.1:6379/4]
+  REDIS_URL                   [redis://127.0.0.1:6379/7]
   CELERY_BROKER_URL           [REDIS_URL]
   DJANGO_DEBUG                [false]; DJANGO_SECRET_KEY is generated once into the run
                               directory unless set; DJANGO_ALLOWED_HOSTS [127.0.0.1,localhost]
@@ -60,7 +60,7 @@ class Config:
         run_dir = Path(os.environ.get("CLUSTER_DIR", REPO / ".run" / "cluster")).resolve()
         env = dict(os.environ)
         env.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/hikyaku_cluster")
-        env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/4")
+        env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/7")
         env.setdefault("CELERY_BROKER_URL", env["REDIS_URL"])
         env.setdefault("DJANGO_DEBUG", "false")
         env.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
