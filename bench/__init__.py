@@ -1,1 +1,1 @@
-"""The benchmark harness (see README, Benchmark)."""
+"""Hikyaku's benchmark harness: `make bench` (python -m bench.run). See README, Benchmark."""

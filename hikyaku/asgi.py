@@ -5,7 +5,8 @@ messaging.stream, which hold no thread per open stream (stock Django ASGI holds 
 streaming response: FACTS.md); everything else goes to Django's ASGI handler:
 
 - `GET /api/v1/subscribe`                      → the agent's SSE inbox
-- `GET /ui/t/<slug>/stream`                   → the web UI's session stream
+- `GET /ui/t/<slug>/events/`, `GET /ui/t/<slug>/agents/<id>/events/`
+                                                → the web UI's session streams
 - `POST /` and `POST /a2a/` whose JSON-RPC method is SendStreamingMessage, SubscribeToTask,
   message/stream or tasks/resubscribe           → A2A streaming (the body is read here; any
   other request gets it replayed to Django unchanged)
@@ -17,12 +18,15 @@ the first stream, for servers without lifespan support).
 import json
 import os
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
+
+from hikyaku.sqlite_backup import hold_server_lock
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hikyaku.settings")
 django_application = get_asgi_application()
-
-from django.conf import settings  # noqa: E402  (after Django is set up)
+# On the embedded SQLite default, `manage.py restore` refuses while this process runs.
+hold_server_lock(settings.DATABASES["default"])
 
 from messaging.stream import a2a, inbox, web  # noqa: E402
 from messaging.stream.hub import hub  # noqa: E402

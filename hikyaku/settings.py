@@ -47,7 +47,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "hikyaku.request_log.request_log_middleware",
     "django.middleware.security.SecurityMiddleware",
+    "hikyaku.middleware.security_headers_middleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "hikyaku.middleware.BodyLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -72,6 +75,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "webui.context_processors.navigation",
             ],
         },
     },
@@ -96,6 +100,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "NAME": env.str("SQLITE_TEST_NAME", default=str(BASE_DIR / "test-hikyaku.sqlite3"))
     }
 IS_POSTGRES = DATABASES["default"]["ENGINE"].startswith("django.db.backends.postgresql")
+if IS_POSTGRES:
+    # libpq waits forever for an unreachable host by default; /readyz and requests should fail
+    # fast instead (DATABASE_URL's own ?connect_timeout= wins).
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+        "connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", default=5)
+    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "tenants.User"
@@ -120,6 +130,7 @@ ACCOUNT_EMAIL_VERIFICATION = env.str("HIKYAKU_EMAIL_VERIFICATION", default="opti
 ACCOUNT_LOGOUT_ON_GET = False
 LOGIN_REDIRECT_URL = "/ui/"
 LOGIN_URL = "/accounts/login/"
+ACCOUNT_LOGOUT_REDIRECT_URL = "/accounts/login/"
 EMAIL_BACKEND = env.str(
     "DJANGO_EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend"
 )
@@ -150,6 +161,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = env.str("DJANGO_STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
+# WhiteNoise serves static files from every server (uvicorn, granian, daphne). It finds them in
+# the apps and static/ as well, so `make run` and tests need no collectstatic first.
+WHITENOISE_USE_FINDERS = True
 
 # Security headers.
 SECURE_CONTENT_TYPE_NOSNIFF = True
@@ -224,6 +238,18 @@ HIKYAKU_STREAM_SCAN_SECONDS = env.float("HIKYAKU_STREAM_SCAN_SECONDS", default=1
 HIKYAKU_STREAM_CHECK_SECONDS = env.float("HIKYAKU_STREAM_CHECK_SECONDS", default=2.0)
 HIKYAKU_WSGI_STREAMS_MAX = env.int("HIKYAKU_WSGI_STREAMS_MAX", default=16)
 HIKYAKU_WSGI_STREAM_POLL_SECONDS = env.float("HIKYAKU_WSGI_STREAM_POLL_SECONDS", default=0.5)
+
+# Observability (README, Operations). /metrics is open to loopback callers that did not come
+# through a proxy, to bearer HIKYAKU_METRICS_TOKEN, and to HIKYAKU_METRICS_ALLOWED_IPS (IPs or
+# CIDRs); everyone else gets 404. A Celery worker serves the same on
+# HIKYAKU_WORKER_METRICS_PORT when set.
+HIKYAKU_METRICS_TOKEN = env.str("HIKYAKU_METRICS_TOKEN", default="")
+HIKYAKU_METRICS_ALLOWED_IPS = env.list("HIKYAKU_METRICS_ALLOWED_IPS", default=[])
+HIKYAKU_METRICS_LOOPBACK = env.bool("HIKYAKU_METRICS_LOOPBACK", default=True)
+HIKYAKU_WORKER_METRICS_HOST = env.str("HIKYAKU_WORKER_METRICS_HOST", default="127.0.0.1")
+HIKYAKU_WORKER_METRICS_PORT = env.int("HIKYAKU_WORKER_METRICS_PORT", default=0)
+# One access line per request on the hikyaku.request logger (hikyaku/request_log.py).
+HIKYAKU_REQUEST_LOG = env.bool("HIKYAKU_REQUEST_LOG", default=True)
 
 LOG_FORMAT = env.str("HIKYAKU_LOG_FORMAT", default="text" if DEBUG else "json")
 LOGGING = {

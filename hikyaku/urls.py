@@ -1,14 +1,16 @@
+import os
+
 from django.contrib import admin
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agents import api as agents_api
 from agents.views import broker_agent_card
-from messaging.stream.views import tenant_stream
 
-from . import health
+from . import health, metrics
 
 admin.site.site_header = "Hikyaku administration"
 admin.site.site_title = "Hikyaku admin"
@@ -19,6 +21,7 @@ admin.site.login = RedirectView.as_view(url="/accounts/login/", query_string=Tru
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics.metrics_view, name="metrics"),
     path(".well-known/agent-card.json", broker_agent_card, name="agent-card"),
     path("api/v1/agents", agents_api.AgentListView.as_view(), name="api-agents"),
     path("api/v1/agents/<str:agent_id>", agents_api.AgentDetailView.as_view(), name="api-agent"),
@@ -32,14 +35,22 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("allauth.urls")),
     path("", include("messaging.urls")),
-    # Served by messaging.stream's lean handler in stream processes (hikyaku.asgi); this view
-    # is the polling fallback for WSGI processes.
-    path("ui/t/<slug:slug>/stream", tenant_stream, name="ui-stream"),
     path("ui/", include("webui.urls")),
+    path("favicon.ico", RedirectView.as_view(url="/static/img/favicon.svg", permanent=True)),
 ]
 
+# The benchmark's floor view (bench/floor.py), mounted only for `make bench`.
+if os.environ.get("HIKYAKU_BENCH_FLOOR") == "1":
+    urlpatterns.append(path("", include("bench.floor")))
 
-def _json_not_found(request: HttpRequest, exception=None) -> JsonResponse:
+
+# Pages for people answer 404 with a page; every other surface with the JSON error envelope.
+HTML_PREFIXES = ("/ui/", "/accounts/")
+
+
+def _json_not_found(request: HttpRequest, exception=None) -> HttpResponse:
+    if request.path.startswith(HTML_PREFIXES):
+        return render(request, "404.html", status=404)
     return JsonResponse({"error": {"code": "NOT_FOUND", "message": "Not found."}}, status=404)
 
 

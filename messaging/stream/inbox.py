@@ -47,4 +47,4 @@ async def subscribe(scope: sse.Scope, receive: sse.Receive, send: sse.Send) -> N
         log.warning("subscribe: database unavailable (%s)", exc.__class__.__name__)
         await sse.send_error(send, ServiceUnavailable())
         return
-    await serve(InboxFeed(identity, dialect, since), receive, send, kind="inbox")
+    await serve(InboxFeed(identity, dialect, since), receive, send, kind="subscribe")

@@ -64,12 +64,16 @@ async def serve(
     """Run `feed` as an SSE response until the client leaves, the feed ends, or the hub
     closes it. Registers with the hub before the feed's first read, so nothing committed
     after that read can be missed. `started`: the response start was already sent."""
+    with metrics.stream_open(kind):
+        await _serve(feed, receive, send, started=started)
+
+
+async def _serve(feed: Feed, receive: sse.Receive, send: sse.Send, *, started: bool) -> None:
     await hub.ensure_started()
     sub = hub.subscribe(feed)
     disconnect = asyncio.ensure_future(_wait_for_disconnect(receive))
     disconnect.add_done_callback(lambda _: sub.close("disconnected"))
     write = _Writer(send)
-    metrics.stream_opened(kind)
     try:
         try:
             batch: Batch = await run_db(feed.open)
@@ -93,7 +97,6 @@ async def serve(
     finally:
         hub.unsubscribe(sub)
         disconnect.cancel()
-        metrics.stream_closed(kind)
         if started and sub.closed != "disconnected":
             try:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})

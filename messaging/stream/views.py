@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import DatabaseError
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.views.decorators.http import require_GET
 
 from agents.auth import authenticate_agent
@@ -50,10 +50,23 @@ def subscribe(request: HttpRequest) -> HttpResponse:
     return _answer(begin)
 
 
-@require_GET
-def tenant_stream(request: HttpRequest, slug: str) -> HttpResponse:
+def tenant_events(request: HttpRequest, slug: str) -> HttpResponse:
+    return _web_stream(request, slug, request.GET.get("agent") or None)
+
+
+def agent_events(request: HttpRequest, slug: str, agent_id) -> HttpResponse:
+    return _web_stream(request, slug, str(agent_id))
+
+
+def _web_stream(request: HttpRequest, slug: str, agent: str | None) -> HttpResponse:
     session_key = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
-    agent = request.GET.get("agent") or None
+    if request.method != "GET":
+        # Outsiders get the same 404 for every method (no existence oracle), members a 405.
+        try:
+            web.authorize(session_key, slug, agent)
+        except HikyakuError as exc:
+            return error_response(exc)
+        return HttpResponseNotAllowed(["GET"])
 
     def begin() -> TenantFeed:
         since = _since(request)

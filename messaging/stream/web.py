@@ -1,4 +1,6 @@
-"""`GET /ui/t/<slug>/stream[?agent=<id>]`: live events for a signed-in member of a tenant.
+"""`GET /ui/t/<slug>/events/` (every event of the tenant; `?agent=<id>` narrows it) and
+`GET /ui/t/<slug>/agents/<agent id>/events/` (the events of that agent's tasks): live events
+for a signed-in member of a tenant, as Server-Sent Events.
 
 Authenticated by the Django session cookie (loaded the way SessionMiddleware and
 AuthenticationMiddleware would, on a stream DB thread) and authorized by membership: another
@@ -33,7 +35,9 @@ from .serve import serve
 
 log = logging.getLogger(__name__)
 
-PATH = re.compile(r"^/ui/t/(?P<slug>[-a-zA-Z0-9_]+)/stream/?$")
+PATH = re.compile(
+    r"^/ui/t/(?P<slug>[-a-zA-Z0-9_]+)/(?:events|agents/(?P<agent>[0-9a-fA-F-]{32,36})/events)/?$"
+)
 
 
 def _session_key(scope: sse.Scope) -> str | None:
@@ -93,7 +97,7 @@ async def tenant_stream(scope: sse.Scope, receive: sse.Receive, send: sse.Send) 
         return
     slug = match["slug"]
     params = sse.query(scope)
-    agent = params.get("agent") or None
+    agent = match["agent"] or params.get("agent") or None
     session_key = _session_key(scope)
     try:
         since = parse_event_id(sse.header(scope, b"last-event-id"), "Last-Event-ID")
@@ -114,4 +118,4 @@ async def tenant_stream(scope: sse.Scope, receive: sse.Receive, send: sse.Send) 
         validate=partial(still_allowed, session_key, slug, agent),
         check_seconds=settings.HIKYAKU_STREAM_CHECK_SECONDS,
     )
-    await serve(feed, receive, send, kind="web")
+    await serve(feed, receive, send, kind="ui")

@@ -1,4 +1,5 @@
-"""The web UI's session stream `GET /ui/t/<slug>/stream`, against a real server process."""
+"""The web UI's session streams `GET /ui/t/<slug>/events/` and `/ui/t/<slug>/agents/<id>/events/`,
+against a real server process."""
 
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ def session_cookie(user) -> str:
     return client.cookies[settings.SESSION_COOKIE_NAME].value
 
 
-def watch(broker, slug: str, cookie: str | None, query: str = "") -> SSEClient:
+def watch(broker, slug: str, cookie: str | None, path: str = "events/") -> SSEClient:
     headers = {"Cookie": f"{settings.SESSION_COOKIE_NAME}={cookie}"} if cookie else {}
-    return SSEClient(f"{broker.url}/ui/t/{slug}/stream{query}", headers=headers)
+    return SSEClient(f"{broker.url}/ui/t/{slug}/{path}", headers=headers)
 
 
 @pytest.fixture
@@ -62,7 +63,7 @@ def test_a_member_sees_every_event_of_the_tenant(broker, tenant, member):
 def test_the_agent_filter_narrows_the_stream_to_one_agent(broker, tenant, member):
     alice, bob = factories.agent(tenant, name="alice"), factories.agent(tenant, name="bob")
     carol = factories.agent(tenant, name="carol")
-    stream = watch(broker, tenant.slug, session_cookie(member), f"?agent={carol.id}")
+    stream = watch(broker, tenant.slug, session_cookie(member), f"agents/{carol.id}/events/")
     try:
         assert stream.next().event == "ready"
         send(broker, alice, bob.id, "not carol's")
@@ -77,24 +78,29 @@ def test_the_agent_filter_narrows_the_stream_to_one_agent(broker, tenant, member
 
 def test_outsiders_get_401_or_404(broker, tenant, other_tenant, member):
     cookie = session_cookie(member)
-    anonymous = httpx.get(f"{broker.url}/ui/t/{tenant.slug}/stream")
+    anonymous = httpx.get(f"{broker.url}/ui/t/{tenant.slug}/events/")
     assert anonymous.status_code == 401
     other = httpx.get(
-        f"{broker.url}/ui/t/{other_tenant.slug}/stream",
+        f"{broker.url}/ui/t/{other_tenant.slug}/events/",
         headers={"Cookie": f"{settings.SESSION_COOKIE_NAME}={cookie}"},
     )
     assert other.status_code == 404
     missing = httpx.get(
-        f"{broker.url}/ui/t/no-such-tenant/stream",
+        f"{broker.url}/ui/t/no-such-tenant/events/",
         headers={"Cookie": f"{settings.SESSION_COOKIE_NAME}={cookie}"},
     )
     assert missing.status_code == 404
     stranger = factories.agent(other_tenant, name="mallory")
     foreign_agent = httpx.get(
-        f"{broker.url}/ui/t/{tenant.slug}/stream?agent={stranger.id}",
+        f"{broker.url}/ui/t/{tenant.slug}/agents/{stranger.id}/events/",
         headers={"Cookie": f"{settings.SESSION_COOKIE_NAME}={cookie}"},
     )
     assert foreign_agent.status_code == 404
+    foreign_query = httpx.get(
+        f"{broker.url}/ui/t/{tenant.slug}/events/?agent={stranger.id}",
+        headers={"Cookie": f"{settings.SESSION_COOKIE_NAME}={cookie}"},
+    )
+    assert foreign_query.status_code == 404
 
 
 def test_other_tenants_events_never_reach_a_members_stream(broker, tenant, other_tenant, member):
