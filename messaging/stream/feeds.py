@@ -16,13 +16,15 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
-from django.db import connection, models
+from django.db import connection
 from django.db.models import Max, Q
 
 from agents.auth import AgentIdentity, identity_is_current
 from agents.models import Agent
+from hikyaku import rows as sql_rows
 from tenants.models import Tenant
 
 from .. import policy
@@ -31,7 +33,6 @@ from ..models import Task, TaskEvent
 from . import sse
 
 PAGE = 500  # events read per query; a full page is followed by another read at once
-_UUID_FIELD = models.UUIDField()
 Kind = TaskEvent.Kind
 
 
@@ -132,20 +133,17 @@ class InboxFeed(Feed):
         return Batch([b"retry: 1000\n\n", ready], more=True)
 
     def fetch(self) -> Batch:
-        tasks = list(Task.objects.raw(*_inbox_sql(self.tenant_id, self.agent_id, self.cursor)))
-        if not tasks:
+        rows = _inbox_rows(self.tenant_id, self.agent_id, self.cursor)
+        if not rows:
             return Batch()  # nothing to deliver; the hub re-checks credentials every 2 s
         # Nothing is sent on credentials that no longer hold, however recent the last check.
         if not identity_is_current(self.identity):
             return Batch(closed="credentials")
-        parties = _fresh_agents(tasks)
         frames = []
         rendered: dict[uuid.UUID, str] = {}
-        for task in tasks:  # one per event, in event order
-            self.cursor = task.stream_event_id
-            task.sender = parties.get(task.sender_id)
-            task.recipient = parties.get(task.recipient_id)
-            me = parties.get(self.agent_id)
+        for event_id, is_delivery, task in rows:
+            self.cursor = event_id
+            me = task.recipient if task.recipient_id == self.agent_id else task.sender
             if me is None or not policy.may_read(me, task):
                 continue
             if task.pk not in rendered:
@@ -153,71 +151,101 @@ class InboxFeed(Feed):
             frames.append(
                 sse.event(
                     rendered[task.pk],
-                    name="message" if task.stream_delivery else "task-update",
-                    event_id=task.stream_event_id,
+                    name="message" if is_delivery else "task-update",
+                    event_id=event_id,
                 )
             )
-        return Batch(frames, more=len(tasks) == PAGE)
+        return Batch(frames, more=len(rows) == PAGE)
 
     def closing_frames(self, reason: str) -> list[bytes]:
         return [closed_frame(reason)]
 
 
-# The inbox read is the hottest query of a stream process (one per woken stream), so it is
-# written out instead of composed by the ORM: compiling the equivalent select_related
-# queryset cost ~1.4 ms of CPU per read here, the raw statement ~0.15 ms. Table and column
-# names still come from the models, and rows are still model instances (Task.objects.raw).
-# Only what rendering (messaging.a2a.wire.task_v1) and policy (messaging.policy) read: the
-# other fields are deferred, and fewer columns is less work per row for the driver and Django.
-_TASK_FIELDS = (
-    "id",
-    "sender",
-    "recipient",
-    "context_id",
-    "state",
-    "awaiting",
-    "status_at",
-    "artifacts",
-    "history",
-    "metadata",
-    "sensitivity",
+# The inbox read is the hottest query of a stream process (one per woken stream with news), so
+# it is one hand-written statement (hikyaku/rows.py) instead of a select_related queryset:
+# compiling that cost ~1.4 ms of CPU per read here, several times the statement itself. Column
+# names, parameter adapters and value converters still come from the models.
+def _in_model_order(model: type, names: set[str]) -> tuple[str, ...]:
+    """Field names in the model's concrete order: Model.from_db (under hikyaku.rows.build)
+    matches values to fields by that order, whatever order the names are given in."""
+    return tuple(f.name for f in model._meta.concrete_fields if f.name in names)
+
+
+# What rendering (messaging.a2a.wire.task_v1) and policy (messaging.policy) read.
+_TASK_FIELDS = _in_model_order(
+    Task,
+    {
+        "id",
+        "sender",
+        "recipient",
+        "context_id",
+        "state",
+        "awaiting",
+        "status_at",
+        "artifacts",
+        "history",
+        "metadata",
+        "sensitivity",
+    },
 )
-_AGENT_FIELDS = ("id", "status", "send_to", "receive_from", "disclosure_ceiling")
+_AGENT_FIELDS = _in_model_order(
+    Agent, {"id", "tenant", "status", "send_to", "receive_from", "disclosure_ceiling"}
+)
 
 
-def _db_uuid(value: Any) -> Any:
-    return _UUID_FIELD.get_db_prep_value(value, connection)
+def _columns(alias: str, model: type, fields: tuple[str, ...]) -> str:
+    quote = connection.ops.quote_name
+    return ", ".join(f"{alias}.{quote(model._meta.get_field(f).column)}" for f in fields)
 
 
-def _inbox_sql(tenant_id: Any, agent_id: Any, after: int) -> tuple[str, list[Any]]:
-    """Tasks joined to the agent's events after `after`, one row per event, in id order, with
-    `stream_event_id` and `stream_delivery` (1 for a `message` event)."""
-    event = TaskEvent._meta
-    column = {name: event.get_field(name).column for name in ("tenant", "task", "kind")}
-    task_columns = ", ".join(f"t.{Task._meta.get_field(f).column}" for f in _TASK_FIELDS)
-    sql = (
-        f"SELECT {task_columns}, e.id AS stream_event_id, "
-        f"CASE WHEN e.{column['kind']} = %s AND e.recipient_agent_id = %s THEN 1 ELSE 0 END "
-        f"AS stream_delivery "
-        f"FROM {event.db_table} e JOIN {Task._meta.db_table} t ON t.id = e.{column['task']} "
-        f"WHERE e.{column['tenant']} = %s AND e.id > %s AND (e.recipient_agent_id = %s "
-        f"OR (e.sender_agent_id = %s AND e.{column['kind']} <> %s)) "
+@cache
+def _inbox_statement(vendor: str) -> str:
+    quote = connection.ops.quote_name
+    event = {f: quote(TaskEvent._meta.get_field(f).column) for f in ("tenant", "task", "kind")}
+    agents = quote(Agent._meta.db_table)
+    task_pk = quote(Task._meta.pk.column)
+    agent_pk = quote(Agent._meta.pk.column)
+    return (
+        f"SELECT e.id, CASE WHEN e.{event['kind']} = %s AND e.recipient_agent_id = %s "
+        f"THEN 1 ELSE 0 END, {_columns('t', Task, _TASK_FIELDS)}, "
+        f"{_columns('s', Agent, _AGENT_FIELDS)}, {_columns('r', Agent, _AGENT_FIELDS)} "
+        f"FROM {quote(TaskEvent._meta.db_table)} e "
+        f"JOIN {quote(Task._meta.db_table)} t ON t.{task_pk} = e.{event['task']} "
+        f"LEFT JOIN {agents} s ON s.{agent_pk} = t.{quote(Task._meta.get_field('sender').column)} "
+        f"LEFT JOIN {agents} r ON r.{agent_pk} = t."
+        f"{quote(Task._meta.get_field('recipient').column)} "
+        f"WHERE e.{event['tenant']} = %s AND e.id > %s AND (e.recipient_agent_id = %s "
+        f"OR (e.sender_agent_id = %s AND e.{event['kind']} <> %s)) "
         f"ORDER BY e.id LIMIT {PAGE}"
     )
-    me = _db_uuid(agent_id)
-    return sql, [Kind.CREATED, me, _db_uuid(tenant_id), after, me, me, Kind.CREATED]
 
 
-def _fresh_agents(tasks: list[Task]) -> dict[uuid.UUID, Agent]:
-    """The current rows of every party of these tasks (policy is checked on fresh rows)."""
-    ids = sorted({i for t in tasks for i in (t.sender_id, t.recipient_id) if i}, key=str)
-    marks = ", ".join(["%s"] * len(ids))
-    columns = ", ".join(Agent._meta.get_field(f).column for f in _AGENT_FIELDS)
-    rows = Agent.objects.raw(
-        f"SELECT {columns} FROM {Agent._meta.db_table} WHERE id IN ({marks})",
-        [_db_uuid(i) for i in ids],
-    )
-    return {agent.pk: agent for agent in rows}
+def _inbox_rows(tenant_id: Any, agent_id: Any, after: int) -> list[tuple[int, bool, Task]]:
+    """(event id, is a `message`, the task with fresh `sender`/`recipient` rows) for each of
+    the agent's events after `after`, in id order."""
+    me = sql_rows.prep(TaskEvent, "recipient_agent_id", agent_id)
+    params = [
+        Kind.CREATED,
+        me,
+        sql_rows.prep(TaskEvent, "tenant", tenant_id),
+        after,
+        me,
+        me,
+        Kind.CREATED,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_inbox_statement(connection.vendor), params)
+        fetched = cursor.fetchall()
+    n_task, n_agent = len(_TASK_FIELDS), len(_AGENT_FIELDS)
+    out = []
+    for row in fetched:
+        task = sql_rows.build(Task, _TASK_FIELDS, row[2 : 2 + n_task])
+        sender = row[2 + n_task : 2 + n_task + n_agent]
+        recipient = row[2 + n_task + n_agent :]
+        task.sender = sql_rows.build(Agent, _AGENT_FIELDS, sender) if sender[0] else None
+        task.recipient = sql_rows.build(Agent, _AGENT_FIELDS, recipient) if recipient[0] else None
+        out.append((row[0], bool(row[1]), task))
+    return out
 
 
 def web_event(row: TaskEvent, task: Task) -> dict[str, Any]:

@@ -416,3 +416,19 @@ def test_a_wsgi_process_serves_the_inbox_by_polling(tenant, settings):
     agent_services.rotate_agent_token(agent=bob.refresh())
     assert b"event: closed" in next(chunks)
     assert list(chunks) == []
+
+
+def test_events_of_tasks_policy_no_longer_lets_the_agent_read_are_skipped(
+    broker, tenant, alice, bob
+):
+    from agents.models import Agent
+
+    carol = factories.agent(tenant, name="carol")
+    send(broker, alice, bob.id, "from alice")
+    send(broker, carol, bob.id, "from carol")
+    Agent.objects.filter(pk=bob.model.pk).update(receive_from=[carol.id])  # narrowed later
+    stream = subscribe(broker, bob, **{"Last-Event-ID": "0"})
+    try:
+        assert texts(stream.drain(1)) == ["from carol"]
+    finally:
+        stream.close()
