@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q
 from django.utils import timezone
 
 from hikyaku import rows
@@ -134,18 +133,33 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
 
 def identity_is_current(identity: AgentIdentity) -> bool:
     """Whether an identity established earlier still holds (revocation, expiry, rotation,
-    deregistration, disabling, and the tenant's token requirement). One query."""
-    agents = Agent.objects.filter(pk=identity.agent.pk, status=Agent.Status.ACTIVE)
+    deregistration, disabling, and the tenant's token requirement). One query.
+
+    Open streams call this before every delivery, so it is a hand-written statement like
+    authentication itself (the ORM spent ~0.4 ms compiling the join, see hikyaku/rows.py)."""
+    agent_id = rows.prep(Agent, "id", identity.agent.pk)
     if identity.via_token:
-        return agents.filter(token_hash=identity.credential_hash).exists()
-    now = timezone.now()
-    # One filter() call, so every condition applies to the same key row.
-    return agents.filter(
-        Q(tenant__api_keys__expires_at__isnull=True) | Q(tenant__api_keys__expires_at__gt=now),
-        tenant__require_agent_tokens=False,
-        tenant__api_keys__key_hash=identity.credential_hash,
-        tenant__api_keys__revoked_at__isnull=True,
-    ).exists()
+        sql = "SELECT 1 FROM agents_agent WHERE id = %s AND status = %s AND token_hash = %s"
+        params = [agent_id, Agent.Status.ACTIVE, identity.credential_hash]
+    else:
+        # Every condition applies to the same key row.
+        sql = (
+            "SELECT 1 FROM agents_agent a JOIN tenants_tenant t ON t.id = a.tenant_id"
+            " JOIN tenants_apikey k ON k.tenant_id = t.id"
+            " WHERE a.id = %s AND a.status = %s AND t.require_agent_tokens = %s"
+            " AND k.key_hash = %s AND k.revoked_at IS NULL"
+            " AND (k.expires_at IS NULL OR k.expires_at > %s)"
+        )
+        params = [
+            agent_id,
+            Agent.Status.ACTIVE,
+            rows.prep(Tenant, "require_agent_tokens", False),
+            identity.credential_hash,
+            rows.prep(ApiKey, "expires_at", timezone.now()),
+        ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone() is not None
 
 
 def current_identities(identities: Iterable[AgentIdentity]) -> set[tuple[uuid.UUID, str]]:
