@@ -211,6 +211,11 @@ class Environment:
         else:
             argv = [
                 sys.executable,
+                *(
+                    ["-m", "bench.streams", "--profiled-server"]
+                    if self.args.profile_streams
+                    else []
+                ),
                 "-m",
                 "uvicorn",
                 "hikyaku.asgi:application",
@@ -712,6 +717,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--phases", default="live,storm,idle")
     p.add_argument(
+        "--profile-streams",
+        action="store_true",
+        help="run the stream server under cProfile (bench/results/streams-logs/streams.prof)",
+    )
+    p.add_argument(
         "--uvicorn-args", default="", help='extra uvicorn options, e.g. "--loop asyncio --http h11"'
     )
     p.add_argument("--output", default=str(RESULTS / "streams.json"))
@@ -752,5 +762,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def profiled_server(argv: list[str]) -> None:
+    """Run `python -m uvicorn …` (argv) under cProfile; the profile is written to
+    streams-logs/streams.prof when the process is told to stop. (uvicorn re-raises the signal
+    it caught after shutting down; the handler installed here is the one it re-raises to.)"""
+    import cProfile
+    import runpy
+
+    profiler = cProfile.Profile()
+
+    def dump_and_exit(signum, frame):
+        profiler.disable()
+        profiler.dump_stats(str(RESULTS / "streams-logs" / "streams.prof"))
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, dump_and_exit)
+    signal.signal(signal.SIGINT, dump_and_exit)
+    sys.argv = ["uvicorn", *argv[3:]]  # after "--profiled-server -m uvicorn"
+    profiler.enable()
+    runpy.run_module("uvicorn", run_name="__main__", alter_sys=True)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    if sys.argv[1:2] == ["--profiled-server"]:
+        profiled_server(sys.argv[1:])
+    else:
+        sys.exit(main())
