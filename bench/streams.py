@@ -622,17 +622,25 @@ def phase_live(env: Environment, world: dict, args) -> dict:
             "stream_server_cpu_ms_per_event": round(1000 * cpu / max(result["delivered"], 1), 3),
             "stream_server_threads": status["Threads"],
             "stream_server_rss_mib": round(status["VmRSS"] / 1024, 1),
+            "load_average": os.getloadavg(),
         }
     )
     return result
 
 
 def phase_storm(env: Environment, world: dict, args) -> dict:
-    env.start_streams()
+    streams = env.start_streams()
     agents = world["agents"][: args.subscribers]
     clients = Clients(agents, env.stream_port, args.client_processes)
     connect_errors = [e for r in clients.command("connect") for e in r["errors"]]
     sender = Sender(env.web_port, world["sender"][1], [a for a, _ in agents])
+    pids = {
+        "stream_server": [streams.pid],
+        "web_server": [env.procs["web"].pid],
+        "subscriber_clients": [p.pid for p in clients.procs],
+    }
+    cpu_before = {role: sum(cpu_seconds(p) for p in ps) for role, ps in pids.items()}
+    wall_before = time.monotonic()
 
     async def scenario() -> list[dict]:
         sending = asyncio.create_task(sender.run(args.rate, args.storm_seconds))
@@ -644,6 +652,11 @@ def phase_storm(env: Environment, world: dict, args) -> dict:
 
     storm = asyncio.run(scenario())
     time.sleep(3)
+    wall = time.monotonic() - wall_before
+    cpu_percent = {
+        role: round(100 * (sum(cpu_seconds(p) for p in ps) - cpu_before[role]) / wall, 1)
+        for role, ps in pids.items()
+    }
     records, errors = clients.collect()
     env.stop("streams")
     result = verify(sender.sent, records)
@@ -662,6 +675,8 @@ def phase_storm(env: Environment, world: dict, args) -> dict:
             "reconnect_errors": len(storm_errors),
             "initial_connect_errors": len(connect_errors),
             "send_failures": len(sender.failures),
+            "cpu_percent_during_phase": cpu_percent,
+            "load_average": os.getloadavg(),
             "error_samples": (storm_errors + errors)[:5],
         }
     )
