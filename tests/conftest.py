@@ -4,7 +4,7 @@ import pytest
 from django.test import Client
 
 from tests import factories
-from tests.live import broker  # noqa: F401  (fixture)
+from tests.live import broker, broker_factory, redis_server  # noqa: F401  (fixtures)
 
 
 @pytest.fixture

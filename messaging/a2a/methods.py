@@ -134,10 +134,6 @@ def list_tasks(call: Call) -> dict[str, Any]:
     }
 
 
-def streaming_not_here(call: Call) -> dict[str, Any]:
-    raise UnsupportedOperation("Streaming is not available on this endpoint yet.")
-
-
 class PushNotSupported(UnsupportedOperation):
     """Push notifications are not supported."""
 
@@ -148,6 +144,8 @@ def push_not_supported(call: Call) -> dict[str, Any]:
     raise PushNotSupported()
 
 
+# The streaming methods (SendStreamingMessage, SubscribeToTask and their 0.3 names) are not
+# here: they answer with a stream, see messaging/stream/a2a.py.
 METHODS: dict[str, Callable[[Call], dict[str, Any]]] = {
     "SendMessage": send_message,
     "message/send": send_message,
@@ -157,10 +155,6 @@ METHODS: dict[str, Callable[[Call], dict[str, Any]]] = {
     "tasks/list": list_tasks,
     "CancelTask": cancel_task,
     "tasks/cancel": cancel_task,
-    "SendStreamingMessage": streaming_not_here,
-    "message/stream": streaming_not_here,
-    "SubscribeToTask": streaming_not_here,
-    "tasks/resubscribe": streaming_not_here,
     "CreateTaskPushNotificationConfig": push_not_supported,
     "GetTaskPushNotificationConfig": push_not_supported,
     "ListTaskPushNotificationConfigs": push_not_supported,
