@@ -19,6 +19,7 @@ from django.utils import timezone
 from hikyaku.errors import Unauthenticated
 from tenants.credentials import AGENT_TOKEN_RE, API_KEY_RE, hash_secret, secrets_match
 from tenants.models import ApiKey, Tenant
+from tenants.ratelimit import check_rate
 from tenants.services import touch_api_key
 
 from .models import Agent
@@ -64,6 +65,7 @@ def authenticate_key(authorization: str | None) -> ApiKey:
     api_key = ApiKey.objects.select_related("tenant").filter(key_hash=hash_secret(raw)).first()
     if api_key is None or not secrets_match(raw, api_key.key_hash) or not api_key.is_active():
         raise Unauthenticated("Invalid, revoked or expired API key.")
+    check_rate(api_key.key_hash)
     touch_api_key(api_key=api_key, interval_seconds=settings.HIKYAKU_TOUCH_INTERVAL_SECONDS)
     return api_key
 
@@ -83,6 +85,7 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
             raise Unauthenticated("Invalid agent token, or the agent is not active.")
         if claimed_id is not None and claimed_id != agent.id:
             raise Unauthenticated("X-Agent-Id does not match the agent token.")
+        check_rate(token_hash)
         _touch_agent(agent)
         return AgentIdentity(
             tenant=agent.tenant, agent=agent, api_key=None, credential_hash=token_hash

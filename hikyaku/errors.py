@@ -44,7 +44,7 @@ class Unauthenticated(HikyakuError):
     """Missing or invalid credentials."""
 
     code, status = "UNAUTHORIZED", 401
-    rpc_code, rpc_reason = -32600, "UNAUTHENTICATED"
+    rpc_code, rpc_reason = -32000, "UNAUTHENTICATED"
 
 
 class Forbidden(HikyakuError):
@@ -120,9 +120,16 @@ class ServiceUnavailable(HikyakuError):
 def error_response(error: HikyakuError) -> JsonResponse:
     """A plain Django response carrying the REST error envelope."""
     response = JsonResponse(error.envelope(), status=error.status)
+    decorate(response, error)
+    return response
+
+
+def decorate(response, error: HikyakuError) -> None:
+    """The headers an error implies, on any surface's response."""
     if isinstance(error, Unauthenticated):
         response["WWW-Authenticate"] = 'Bearer realm="hikyaku"'
-    return response
+    if isinstance(error, RateLimited) and error.details:
+        response["Retry-After"] = str(error.details.get("retry_after", 60))
 
 
 def _validation_details(detail: Any) -> dict[str, Any]:
@@ -169,6 +176,5 @@ def rest_exception_handler(exc: Exception, context: dict) -> Response | None:
     else:
         return None
     response = Response(error.envelope(), status=error.status)
-    if isinstance(error, Unauthenticated):
-        response["WWW-Authenticate"] = 'Bearer realm="hikyaku"'
+    decorate(response, error)
     return response

@@ -91,7 +91,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 20,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;",
     }
-    DATABASES["default"]["TEST"] = {"NAME": env.str("SQLITE_TEST_NAME", default=None)}
+    # A file, not :memory:, so server processes started by the tests share the test database.
+    DATABASES["default"]["TEST"] = {
+        "NAME": env.str("SQLITE_TEST_NAME", default=str(BASE_DIR / "test-hikyaku.sqlite3"))
+    }
 IS_POSTGRES = DATABASES["default"]["ENGINE"].startswith("django.db.backends.postgresql")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,3 +1,10 @@
-"""Messaging routes; the A2A JSON-RPC endpoint and task timelines are added by the messaging issue."""
+from django.urls import path
 
-urlpatterns: list = []
+from .a2a.views import jsonrpc
+from .api import TaskEventsView
+
+urlpatterns = [
+    path("", jsonrpc, name="a2a-root"),
+    path("a2a/", jsonrpc, name="a2a"),
+    path("api/v1/tasks/<str:task_id>/events", TaskEventsView.as_view(), name="api-task-events"),
+]

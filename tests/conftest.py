@@ -4,6 +4,7 @@ import pytest
 from django.test import Client
 
 from tests import factories
+from tests.live import broker  # noqa: F401  (fixture)
 
 
 @pytest.fixture

@@ -1,0 +1,172 @@
+"""The JSON-RPC method table: parse params, call one service or selector, render."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from hikyaku.errors import InvalidRequest, UnsupportedOperation
+
+from .. import selectors, services
+from ..services import Sender
+from .wire import Dialect, parse_message, parse_states, render_task
+
+
+@dataclass(frozen=True)
+class Call:
+    sender: Sender
+    dialect: Dialect
+    params: dict[str, Any]
+
+
+def _int_param(params: dict, name: str, *, low: int, high: int, default: int | None) -> int | None:
+    value = params.get(name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise InvalidRequest(f"{name} must be an integer.", details={"field": name})
+    try:
+        value = int(value)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be an integer.", details={"field": name}) from None
+    if not low <= value <= high:
+        raise InvalidRequest(f"{name} must be between {low} and {high}.", details={"field": name})
+    return value
+
+
+def _task_id(params: dict) -> str:
+    task_id = params.get("id")
+    if not isinstance(task_id, str) or not task_id:
+        raise InvalidRequest("params.id (the task id) is required.", details={"field": "id"})
+    return task_id
+
+
+def _wrap(call: Call, body: dict[str, Any]) -> dict[str, Any]:
+    """GetTask/CancelTask: the Task itself in 1.0, `{"task": …}` in the 0.3 compat dialect."""
+    return body if call.dialect is Dialect.V1_0 else {"task": body}
+
+
+def send_message(call: Call) -> dict[str, Any]:
+    message = parse_message(call.params.get("message"), call.dialect)
+    task = services.send_message(sender=call.sender, message=message)
+    history_length = _int_param(
+        call.params.get("configuration") or {}, "historyLength", low=0, high=10_000, default=None
+    )
+    return {"task": render_task(task, call.dialect, history_length=history_length)}
+
+
+def get_task(call: Call) -> dict[str, Any]:
+    task = selectors.party_task(sender=call.sender, task_id=_task_id(call.params))
+    history_length = _int_param(call.params, "historyLength", low=0, high=10_000, default=None)
+    return _wrap(call, render_task(task, call.dialect, history_length=history_length))
+
+
+def cancel_task(call: Call) -> dict[str, Any]:
+    task = services.cancel_task(sender=call.sender, task_id=_task_id(call.params))
+    return _wrap(call, render_task(task, call.dialect))
+
+
+def list_tasks(call: Call) -> dict[str, Any]:
+    params = call.params
+    metadata = params.get("metadata") or {}
+    box = metadata.get("box", "inbox") if isinstance(metadata, dict) else "inbox"
+    if box not in ("inbox", "outbox"):
+        raise InvalidRequest(
+            "metadata.box must be 'inbox' or 'outbox'.", details={"field": "metadata.box"}
+        )
+    me = str(call.sender.agent.id) if call.sender.agent else call.sender.caller_id
+    context_id = params.get("contextId")
+    if box == "inbox" and context_id != me:
+        raise InvalidRequest(
+            "contextId is required and must be your own agent id.", details={"field": "contextId"}
+        )
+    if context_id is not None and not isinstance(context_id, str):
+        raise InvalidRequest("contextId must be a string.", details={"field": "contextId"})
+    status = params.get("status")
+    states = parse_states(status) if status not in (None, "", "TASK_STATE_UNSPECIFIED") else None
+    # `since` is the old broker's name for the same filter (its CLI's `poll --since`).
+    after = params.get("statusTimestampAfter", params.get("since"))
+    status_after = None
+    if after is not None:
+        try:
+            status_after = datetime.fromisoformat(str(after).replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidRequest(
+                "statusTimestampAfter must be an RFC 3339 timestamp.",
+                details={"field": "statusTimestampAfter"},
+            ) from None
+        if status_after.tzinfo is None:
+            raise InvalidRequest(
+                "statusTimestampAfter needs a time zone (e.g. Z).",
+                details={"field": "statusTimestampAfter"},
+            )
+    page_size = _int_param(params, "pageSize", low=1, high=100, default=50)
+    history_length = _int_param(params, "historyLength", low=0, high=10_000, default=None)
+    include_artifacts = params.get("includeArtifacts", True)
+    if not isinstance(include_artifacts, bool):
+        raise InvalidRequest(
+            "includeArtifacts must be a boolean.", details={"field": "includeArtifacts"}
+        )
+    page_token = params.get("pageToken") or ""
+    if not isinstance(page_token, str):
+        raise InvalidRequest("pageToken must be a string.", details={"field": "pageToken"})
+    page = selectors.list_tasks(
+        sender=call.sender,
+        box=box,
+        peer_id=context_id if box == "outbox" else None,
+        states=states,
+        status_after=status_after,
+        page_size=page_size,
+        page_token=page_token,
+    )
+    return {
+        "tasks": [
+            render_task(
+                t, call.dialect, history_length=history_length, include_artifacts=include_artifacts
+            )
+            for t in page.tasks
+        ],
+        "nextPageToken": page.next_page_token,
+        "pageSize": page_size,
+        "totalSize": page.total_size,
+    }
+
+
+def streaming_not_here(call: Call) -> dict[str, Any]:
+    raise UnsupportedOperation("Streaming is not available on this endpoint yet.")
+
+
+class PushNotSupported(UnsupportedOperation):
+    """Push notifications are not supported."""
+
+    rpc_code, rpc_reason = -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED"
+
+
+def push_not_supported(call: Call) -> dict[str, Any]:
+    raise PushNotSupported()
+
+
+METHODS: dict[str, Callable[[Call], dict[str, Any]]] = {
+    "SendMessage": send_message,
+    "message/send": send_message,
+    "GetTask": get_task,
+    "tasks/get": get_task,
+    "ListTasks": list_tasks,
+    "tasks/list": list_tasks,
+    "CancelTask": cancel_task,
+    "tasks/cancel": cancel_task,
+    "SendStreamingMessage": streaming_not_here,
+    "message/stream": streaming_not_here,
+    "SubscribeToTask": streaming_not_here,
+    "tasks/resubscribe": streaming_not_here,
+    "CreateTaskPushNotificationConfig": push_not_supported,
+    "GetTaskPushNotificationConfig": push_not_supported,
+    "ListTaskPushNotificationConfigs": push_not_supported,
+    "DeleteTaskPushNotificationConfig": push_not_supported,
+    "tasks/pushNotificationConfig/set": push_not_supported,
+    "tasks/pushNotificationConfig/get": push_not_supported,
+    "tasks/pushNotificationConfig/list": push_not_supported,
+    "tasks/pushNotificationConfig/delete": push_not_supported,
+}

@@ -1,0 +1,120 @@
+"""The A2A JSON-RPC endpoint (`POST /` and `POST /a2a/`): one plain view and a method table.
+
+Kept off DRF and as lean as possible: it is the hottest path of the broker."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from django.db import DatabaseError
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.views.decorators.csrf import csrf_exempt
+
+from agents.auth import authenticate_agent
+from hikyaku.errors import HikyakuError, RateLimited, ServiceUnavailable, Unauthenticated, decorate
+
+from ..services import Sender
+from . import errors
+from .methods import METHODS, Call
+from .wire import dialect_for
+
+log = logging.getLogger(__name__)
+
+
+def _json(body: dict[str, Any], status: int = 200) -> HttpResponse:
+    return HttpResponse(
+        json.dumps(body, ensure_ascii=False, separators=(",", ":")),
+        content_type="application/json",
+        status=status,
+    )
+
+
+@csrf_exempt
+def jsonrpc(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        if request.path == "/" and request.method in ("GET", "HEAD"):
+            return HttpResponseRedirect("/ui/")
+        return _json(
+            errors.response(
+                None,
+                errors.error_object(errors.INVALID_REQUEST, "Use POST with a JSON-RPC 2.0 body."),
+            ),
+            status=405,
+        )
+    try:
+        payload = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError):
+        return _json(
+            errors.response(
+                None,
+                errors.error_object(errors.PARSE_ERROR, "Parse error: the body is not valid JSON."),
+            )
+        )
+    if isinstance(payload, list):
+        return _json(
+            errors.response(
+                None,
+                errors.error_object(errors.INVALID_REQUEST, "Batch requests are not supported."),
+            )
+        )
+    request_id = payload.get("id") if isinstance(payload, dict) else None
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int | None):
+        request_id = None
+    method = payload.get("method") if isinstance(payload, dict) else None
+    params = payload.get("params", {}) if isinstance(payload, dict) else None
+    if (
+        not isinstance(payload, dict)
+        or payload.get("jsonrpc") != "2.0"
+        or not isinstance(method, str)
+        or not isinstance(params, dict)
+        or ("id" in payload and request_id is None and payload["id"] is not None)
+    ):
+        return _json(
+            errors.response(
+                request_id,
+                errors.error_object(
+                    errors.INVALID_REQUEST,
+                    "Invalid request: expected a JSON-RPC 2.0 object with a method and object params.",
+                ),
+            )
+        )
+    try:
+        dialect = dialect_for(request.headers.get("A2A-Version"))
+        identity = authenticate_agent(
+            authorization=request.headers.get("Authorization"),
+            agent_id=request.headers.get("X-Agent-Id"),
+        )
+        request.hikyaku_log = {
+            "tenant_id": str(identity.tenant.id),
+            "agent_id": str(identity.agent.id),
+            "rpc_method": method,
+        }
+        handler = METHODS.get(method)
+        if handler is None:
+            return _json(
+                errors.response(
+                    request_id,
+                    errors.error_object(errors.METHOD_NOT_FOUND, f"Method not found: {method}"),
+                )
+            )
+        result = handler(
+            Call(
+                sender=Sender(tenant=identity.tenant, agent=identity.agent),
+                dialect=dialect,
+                params=params,
+            )
+        )
+    except (Unauthenticated, RateLimited) as exc:
+        response = _json(errors.response(request_id, errors.from_domain(exc)), status=exc.status)
+        decorate(response, exc)
+        return response
+    except HikyakuError as exc:
+        return _json(errors.response(request_id, errors.from_domain(exc)))
+    except DatabaseError as exc:
+        log.warning("database unavailable during %s: %s", method, exc.__class__.__name__)
+        return _json(
+            errors.response(request_id, errors.from_domain(ServiceUnavailable())), status=503
+        )
+    return _json({"jsonrpc": "2.0", "id": request_id, "result": result})

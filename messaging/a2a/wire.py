@@ -1,0 +1,161 @@
+"""The two wire dialects of the JSON-RPC surface (DESIGN.md §4.1).
+
+Internally every message, history entry and artifact is A2A 1.0 ProtoJSON. Requests are parsed
+with a2a-sdk 1.3 types (1.0: the protobuf types; 0.3: the compat pydantic types converted to
+1.0 with `a2a.compat.v0_3.conversions`), and tasks are rendered back in the request's dialect.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+
+from a2a.compat.v0_3 import conversions
+from a2a.compat.v0_3 import types as types_v03
+from a2a.types import Message
+from a2a.types import Task as TaskProto
+from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
+from pydantic import ValidationError
+
+from hikyaku.errors import HikyakuError, InvalidRequest
+
+from ..models import Task, TaskState
+
+
+class VersionNotSupported(HikyakuError):
+    """A2A protocol version not supported."""
+
+    code, status = "VERSION_NOT_SUPPORTED", 400
+    rpc_code, rpc_reason = -32009, "VERSION_NOT_SUPPORTED"
+
+
+class Dialect(enum.Enum):
+    V1_0 = "1.0"
+    V0_3 = "0.3"
+
+
+def dialect_for(version_header: str | None) -> Dialect:
+    """`A2A-Version: 1.x` → 1.0; no header → the 0.3 compat dialect; anything else → -32009."""
+    if version_header is None or version_header.strip() == "":
+        return Dialect.V0_3
+    version = version_header.strip()
+    major = version.split(".", 1)[0]
+    if major == "1":
+        return Dialect.V1_0
+    if version in ("0.3", "0.3.0"):
+        return Dialect.V0_3
+    raise VersionNotSupported(f"A2A version {version!r} is not supported; use 1.0 (or 0.3).")
+
+
+STATE_V1 = {
+    TaskState.INPUT_REQUIRED: "TASK_STATE_INPUT_REQUIRED",
+    TaskState.WORKING: "TASK_STATE_WORKING",
+    TaskState.COMPLETED: "TASK_STATE_COMPLETED",
+    TaskState.REJECTED: "TASK_STATE_REJECTED",
+    TaskState.FAILED: "TASK_STATE_FAILED",
+    TaskState.CANCELED: "TASK_STATE_CANCELED",
+}
+STATE_V03 = {state: state.value.replace("_", "-") for state in TaskState}
+_STATE_NAMES = {
+    **{name: state for state, name in STATE_V1.items()},
+    **{name: state for state, name in STATE_V03.items()},
+    **{state.value: state for state in TaskState},
+    "TASK_STATE_CANCELLED": TaskState.CANCELED,
+    "cancelled": TaskState.CANCELED,
+}
+
+
+def parse_states(value: Any) -> list[str]:
+    """A status filter in either dialect's spelling: one state or a list of them."""
+    values = value if isinstance(value, list) else [value]
+    states = []
+    for item in values:
+        state = _STATE_NAMES.get(item) if isinstance(item, str) else None
+        if state is None:
+            raise InvalidRequest(f"Unknown task state: {item!r}", details={"field": "status"})
+        states.append(state.value)
+    return states
+
+
+def parse_message(raw: Any, dialect: Dialect) -> dict[str, Any]:
+    """Validate `params.message` and return it as A2A 1.0 ProtoJSON."""
+    if not isinstance(raw, dict):
+        raise InvalidRequest("params.message must be an object.", details={"field": "message"})
+    try:
+        if dialect is Dialect.V1_0:
+            proto = ParseDict(raw, Message())
+        else:
+            proto = conversions.to_core_message(types_v03.Message.model_validate(raw))
+    except ParseError as exc:
+        raise InvalidRequest(f"Invalid message: {exc}", details={"field": "message"}) from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in ("message", *first["loc"]))
+        raise InvalidRequest(f"Invalid {field}: {first['msg']}", details={"field": field}) from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequest(f"Invalid message: {exc}", details={"field": "message"}) from None
+    if not proto.message_id:
+        raise InvalidRequest(
+            "message.messageId is required.", details={"field": "message.messageId"}
+        )
+    message = MessageToDict(proto)
+    message.setdefault("role", "ROLE_USER")
+    for index, part in enumerate(message.get("parts") or []):
+        if not ({"text", "data", "url", "raw"} & part.keys()):
+            raise InvalidRequest(
+                f"message.parts[{index}] needs text, data, url or raw content.",
+                details={"field": f"message.parts[{index}]"},
+            )
+        # Keep JSON numbers exactly as sent (protobuf's Struct would turn 1 into 1.0).
+        if "data" in part and dialect is Dialect.V1_0:
+            part["data"] = raw["parts"][index].get("data", part["data"])
+    metadata = message.get("metadata")
+    if metadata is not None and dialect is Dialect.V1_0 and isinstance(raw.get("metadata"), dict):
+        message["metadata"] = raw["metadata"]
+    return message
+
+
+def _timestamp(value: datetime) -> str:
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def task_v1(
+    task: Task, *, history_length: int | None = None, include_artifacts: bool = True
+) -> dict[str, Any]:
+    """The task as an A2A 1.0 ProtoJSON Task."""
+    status: dict[str, Any] = {
+        "state": STATE_V1[task.state],
+        "timestamp": _timestamp(task.status_at),
+    }
+    metadata = dict(task.metadata)
+    status_message = metadata.pop("statusMessage", None)
+    if status_message:
+        status["message"] = status_message
+    if task.awaiting:
+        metadata["awaiting"] = task.awaiting
+    body: dict[str, Any] = {"id": str(task.id), "contextId": task.context_id, "status": status}
+    if include_artifacts and task.artifacts:
+        body["artifacts"] = task.artifacts
+    history = task.history
+    if history_length is not None:
+        history = history[-history_length:] if history_length > 0 else []
+    if history:
+        body["history"] = [
+            {**m, "taskId": str(task.id), "contextId": task.context_id} for m in history
+        ]
+    body["metadata"] = metadata
+    return body
+
+
+def task_v03(task_body_v1: dict[str, Any]) -> dict[str, Any]:
+    """A 1.0 task body in the 0.3 dialect, through a2a-sdk's compat conversions."""
+    proto = ParseDict(task_body_v1, TaskProto())
+    return conversions.to_compat_task(proto).model_dump(
+        mode="json", by_alias=True, exclude_none=True
+    )
+
+
+def render_task(task: Task, dialect: Dialect, **options: Any) -> dict[str, Any]:
+    body = task_v1(task, **options)
+    return body if dialect is Dialect.V1_0 else task_v03(body)

@@ -1,0 +1,75 @@
+"""REST views of the messaging app: a task's timeline for its parties."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agents.api import AGENT_AUTH_PARAMS, agent_identity
+
+from . import selectors
+from .services import Sender
+
+
+class EventOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    kind = serializers.CharField()
+    actor = serializers.SerializerMethodField()
+    from_state = serializers.CharField()
+    to_state = serializers.CharField()
+    note = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+
+    def get_actor(self, event) -> dict:
+        if event.actor_id:
+            return {"agent_id": str(event.actor_id), "name": event.actor.name}
+        return {"agent_id": None, "name": event.actor_label or "system"}
+
+    def get_note(self, event) -> str:
+        return "\n".join(p["text"] for p in event.payload.get("parts", []) if "text" in p)
+
+
+class EventsParams(serializers.Serializer):
+    limit = serializers.IntegerField(required=False, default=100, min_value=1, max_value=500)
+    cursor = serializers.CharField(required=False, default=None, max_length=200)
+
+
+class TaskEventsView(APIView):
+    @extend_schema(
+        operation_id="task_events",
+        parameters=[
+            *AGENT_AUTH_PARAMS,
+            OpenApiParameter("limit", int, description="Page size, 1–500 (default 100)."),
+            OpenApiParameter("cursor", str, description="`next_cursor` of the previous page."),
+        ],
+        responses={
+            200: inline_serializer(
+                "TaskEvents",
+                {
+                    "task_id": serializers.UUIDField(),
+                    "events": EventOut(many=True),
+                    "next_cursor": serializers.CharField(allow_null=True),
+                },
+            )
+        },
+        description="Every event of a task in order, for its sender and recipient.",
+    )
+    def get(self, request: Request, task_id: str) -> Response:
+        identity = agent_identity(request)
+        params = EventsParams(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        task, events, next_cursor = selectors.task_events(
+            sender=Sender(tenant=identity.tenant, agent=identity.agent),
+            task_id=task_id,
+            **params.validated_data,
+        )
+        return Response(
+            {
+                "task_id": str(task.id),
+                "events": EventOut(events, many=True).data,
+                "next_cursor": next_cursor,
+            }
+        )

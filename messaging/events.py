@@ -1,0 +1,89 @@
+"""The doorbell: the only module that touches the channel layer.
+
+After a transaction that wrote task events commits, `ring_after_commit` tells stream
+processes which agents have news and the highest event id written. Payloads carry ids only;
+streams read the events themselves from the database, so a lost doorbell delays an event
+(until the next doorbell or the stream's periodic check) but never loses it. Ringing never
+raises: a send that committed is a success even when Redis is down (FACTS.md).
+
+Sync request handlers publish with one plain redis-py PUBLISH in the channels-redis pub/sub
+wire format (~0.05 ms instead of ~10 ms for async_to_sync(group_send)); stream processes
+receive it through the channel layer's group. On the in-memory layer (one process) the
+doorbell is handed to in-process listeners directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+DOORBELL_GROUP = "hikyaku.doorbell"
+
+Doorbell = dict[str, Any]  # {"type": "doorbell", "agents": [agent ids], "event": max event id}
+
+_local_listeners: list[Callable[[Doorbell], None]] = []
+_redis_client = None
+_redis_lock = threading.Lock()
+
+
+def ring_after_commit(*, agent_ids: Iterable[Any], event_id: int) -> None:
+    """Ring for these agents once the current transaction commits (at once outside one)."""
+    doorbell = {
+        "type": "doorbell",
+        "agents": sorted({str(a) for a in agent_ids if a}),
+        "event": int(event_id),
+    }
+    transaction.on_commit(partial(_ring, doorbell))
+
+
+def add_local_listener(listener: Callable[[Doorbell], None]) -> None:
+    """Receive doorbells rung in this process (used with the in-memory channel layer)."""
+    _local_listeners.append(listener)
+
+
+def remove_local_listener(listener: Callable[[Doorbell], None]) -> None:
+    if listener in _local_listeners:
+        _local_listeners.remove(listener)
+
+
+def group_channel_name(layer: Any) -> str:
+    """The Redis pub/sub channel channels-redis uses for our group."""
+    return f"{layer.prefix}__group__{DOORBELL_GROUP}"
+
+
+def _ring(doorbell: Doorbell) -> None:
+    from hikyaku import metrics
+
+    try:
+        if settings.REDIS_URL:
+            _publish_redis(doorbell)
+        for listener in list(_local_listeners):
+            listener(doorbell)
+        metrics.doorbell("rung")
+    except Exception as exc:  # a failed doorbell must never fail a committed write
+        metrics.doorbell("failed")
+        log.warning("doorbell not rung (%s); streams will catch up from the database", exc)
+
+
+def _publish_redis(doorbell: Doorbell) -> None:
+    from channels.layers import get_channel_layer
+
+    global _redis_client
+    layer = get_channel_layer()
+    if _redis_client is None:
+        import redis
+
+        with _redis_lock:
+            if _redis_client is None:
+                _redis_client = redis.Redis.from_url(
+                    settings.REDIS_URL, socket_timeout=0.5, socket_connect_timeout=0.5
+                )
+    _redis_client.publish(group_channel_name(layer), layer.serialize(doorbell))

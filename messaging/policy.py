@@ -1,0 +1,57 @@
+"""Who may talk to whom (DESIGN.md §4.5): allow-lists and disclosure ceilings.
+
+Every send, read and transition asks these functions, so narrowing a policy closes access to
+history too. A refusal is reported by callers exactly like "not found".
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agents.models import SENSITIVITY_RANK, Agent
+
+if TYPE_CHECKING:
+    from .models import Task
+
+
+def _allows(allow_list: list[str] | None, agent_id: object) -> bool:
+    allowed = allow_list if allow_list is not None else ["*"]
+    return "*" in allowed or str(agent_id) in allowed
+
+
+def within_ceiling(agent: Agent, sensitivity: str) -> bool:
+    return SENSITIVITY_RANK.get(sensitivity, 1) <= SENSITIVITY_RANK.get(agent.disclosure_ceiling, 1)
+
+
+def may_deliver(sender: Agent | None, recipient: Agent, sensitivity: str) -> bool:
+    """Whether `sender` (None: an external caller) may deliver a message to `recipient`."""
+    if not within_ceiling(recipient, sensitivity):
+        return False
+    if sender is None:
+        return True
+    return (
+        within_ceiling(sender, sensitivity)
+        and _allows(sender.send_to, recipient.id)
+        and _allows(recipient.receive_from, sender.id)
+    )
+
+
+def may_read(agent: Agent | None, task: Task) -> bool:
+    """Whether a party of `task` may still see and act on it under the current policy."""
+    if agent is None:
+        return True
+    if not within_ceiling(agent, task.sensitivity):
+        return False
+    if task.sender_id is None or task.recipient_id is None or task.sender_id == task.recipient_id:
+        return True
+    if agent.id == task.sender_id:
+        return _allows(agent.send_to, task.recipient_id) and _peer_allows(
+            task.recipient, "receive_from", agent.id
+        )
+    return _allows(agent.receive_from, task.sender_id) and _peer_allows(
+        task.sender, "send_to", agent.id
+    )
+
+
+def _peer_allows(peer: Agent | None, field: str, agent_id: object) -> bool:
+    return peer is None or _allows(getattr(peer, field), agent_id)

@@ -1,0 +1,661 @@
+"""Every write of the messaging core: sends, broadcasts and the task lifecycle (DESIGN.md §4).
+
+Each service is one transaction that compare-and-sets the task and appends its event rows.
+Lock order, everywhere: the task row (transitions only), then the agent rows of the parties in
+id order. Holding the parties' agent rows while writing an event makes every agent's events
+commit in event-id order, so a stream that has seen event N never misses a later commit with
+a smaller id (docs/ARCHITECTURE.md, "Ordering guarantee").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from agents.models import SENSITIVITY_RANK, Agent, Sensitivity
+from hikyaku import metrics
+from hikyaku.errors import (
+    DestinationNotFound,
+    InvalidRequest,
+    TaskNotCancelable,
+    TaskNotFound,
+    UnsupportedOperation,
+)
+from tenants.models import Tenant
+
+from . import events, policy
+from .models import TERMINAL_STATES, Task, TaskEvent, TaskState
+
+Kind = TaskEvent.Kind
+UNREAD = {"state": TaskState.INPUT_REQUIRED, "awaiting": Task.Awaiting.RECIPIENT}
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One row of the lifecycle table (DESIGN.md §4.4)."""
+
+    actor: str  # "recipient", "sender" or "either"
+    sources: frozenset[str]
+    target: str | None  # None: no state change (comment)
+    awaiting_source: str | None = None  # required `awaiting` of the source state
+    awaiting_target: str = Task.Awaiting.NOBODY
+    parts_become: str = "history"  # "history", "artifact" (result) or "status" (reason/question)
+
+
+_ANY_LIVE = frozenset({TaskState.INPUT_REQUIRED, TaskState.WORKING})
+TRANSITIONS: dict[str, Transition] = {
+    Kind.ACK: Transition(
+        "recipient",
+        frozenset({TaskState.INPUT_REQUIRED}),
+        TaskState.COMPLETED,
+        awaiting_source=Task.Awaiting.RECIPIENT,
+    ),
+    Kind.ACCEPT: Transition(
+        "recipient",
+        frozenset({TaskState.INPUT_REQUIRED}),
+        TaskState.WORKING,
+        awaiting_source=Task.Awaiting.RECIPIENT,
+    ),
+    Kind.COMPLETE: Transition("recipient", _ANY_LIVE, TaskState.COMPLETED, parts_become="artifact"),
+    Kind.REJECT: Transition("recipient", _ANY_LIVE, TaskState.REJECTED, parts_become="status"),
+    Kind.FAIL: Transition(
+        "recipient", frozenset({TaskState.WORKING}), TaskState.FAILED, parts_become="status"
+    ),
+    Kind.BLOCK: Transition(
+        "recipient",
+        frozenset({TaskState.WORKING}),
+        TaskState.INPUT_REQUIRED,
+        awaiting_target=Task.Awaiting.SENDER,
+        parts_become="status",
+    ),
+    Kind.REPLY: Transition(
+        "sender",
+        frozenset({TaskState.INPUT_REQUIRED}),
+        TaskState.WORKING,
+        awaiting_source=Task.Awaiting.SENDER,
+    ),
+    Kind.COMMENT: Transition("either", _ANY_LIVE, None),
+}
+ACTIONS = sorted(TRANSITIONS)
+
+
+@dataclass(frozen=True)
+class Sender:
+    """Who sends or acts: a tenant agent, or an external A2A caller (DESIGN.md §8)."""
+
+    tenant: Tenant
+    agent: Agent | None
+    caller_id: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.agent.name if self.agent else f"external:{self.caller_id}"
+
+
+# Sending -------------------------------------------------------------------------------------
+
+
+def send_message(*, sender: Sender, message: dict[str, Any], to: str | None = None) -> Task:
+    """SendMessage: unicast (`to` = agent id), broadcast (`to` = "*"), or — with no `to` and
+    `message.taskId` — a lifecycle action on an existing task (`message.metadata.action`).
+
+    `message` is an A2A 1.0 ProtoJSON Message already parsed by the wire layer. Returns the
+    delivery task, the broadcast summary, or the task acted on."""
+    check_limits(message)
+    metadata = message.get("metadata") or {}
+    if to is None:
+        to = metadata.get("destination")
+    if to is None or to == "":
+        if message.get("taskId"):
+            action = metadata.get("action", Kind.ACK)
+            return act_on_task(
+                sender=sender, task_id=message["taskId"], action=action, message=message
+            )
+        raise InvalidRequest(
+            "message.metadata.destination is required (an agent id, or '*' to broadcast), "
+            "or message.taskId for a follow-up.",
+            details={"field": "message.metadata.destination"},
+        )
+    if not isinstance(to, str):
+        raise InvalidRequest(
+            "message.metadata.destination must be a string.",
+            details={"field": "message.metadata.destination"},
+        )
+    if message.get("taskId"):
+        raise InvalidRequest(
+            "A new message cannot name both a destination and a taskId.",
+            details={"field": "message.taskId"},
+        )
+    if to == "*":
+        return deliver_broadcast(sender=sender, message=message)
+    return deliver_unicast(sender=sender, message=message, to=to)
+
+
+def check_limits(message: dict[str, Any]) -> None:
+    parts = message.get("parts") or []
+    if not parts:
+        raise InvalidRequest(
+            "message.parts must hold at least one part.", details={"field": "message.parts"}
+        )
+    if len(parts) > settings.HIKYAKU_MAX_PARTS:
+        raise InvalidRequest(
+            f"A message may have at most {settings.HIKYAKU_MAX_PARTS} parts.",
+            details={"field": "message.parts"},
+        )
+    if len(_canonical(message.get("metadata") or {})) > settings.HIKYAKU_MAX_METADATA_BYTES:
+        raise InvalidRequest(
+            f"message.metadata exceeds {settings.HIKYAKU_MAX_METADATA_BYTES} bytes.",
+            details={"field": "message.metadata"},
+        )
+    if len(_canonical(message)) > settings.HIKYAKU_MAX_MESSAGE_BYTES:
+        raise InvalidRequest(
+            f"The message exceeds {settings.HIKYAKU_MAX_MESSAGE_BYTES} bytes.",
+            details={"field": "message"},
+        )
+
+
+def _canonical(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def content_hash(message: dict[str, Any], to: str) -> str:
+    """What a retry with the same messageId must repeat exactly."""
+    significant = {k: v for k, v in message.items() if k not in ("messageId", "contextId")}
+    return hashlib.sha256(_canonical({"to": to, "message": significant})).hexdigest()
+
+
+def _sensitivity(message: dict[str, Any]) -> str:
+    value = (message.get("metadata") or {}).get("sensitivity", Sensitivity.INTERNAL)
+    if value not in SENSITIVITY_RANK:
+        raise InvalidRequest(
+            "message.metadata.sensitivity must be one of public-safe, internal, restricted.",
+            details={"field": "message.metadata.sensitivity"},
+        )
+    return value
+
+
+def _search_text(parts: list[dict[str, Any]]) -> str:
+    return "\n".join(p["text"] for p in parts if "text" in p)[:10_000]
+
+
+def _existing(sender: Sender, message_id: str | None) -> Task | None:
+    if not message_id:
+        return None
+    tasks = Task.objects.filter(tenant=sender.tenant, message_id=message_id)
+    if sender.agent is not None:
+        return tasks.filter(sender=sender.agent).first()
+    return tasks.filter(sender__isnull=True, caller_id=sender.caller_id).first()
+
+
+def _replay(existing: Task, digest: str) -> Task:
+    if existing.content_hash != digest:
+        raise InvalidRequest(
+            "messageId was already used for a different message.",
+            details={"field": "message.messageId"},
+        )
+    return existing
+
+
+def _thread(sender: Sender, message: dict[str, Any]) -> tuple[Task | None, uuid.UUID | None, int]:
+    refs = message.get("referenceTaskIds") or []
+    if not refs:
+        return None, None, 0
+    parent = _party_task(sender, refs[0])
+    depth = parent.depth + 1
+    if depth > settings.HIKYAKU_MAX_THREAD_DEPTH:
+        raise InvalidRequest(
+            f"Thread depth limit reached ({settings.HIKYAKU_MAX_THREAD_DEPTH}).",
+            details={"field": "message.referenceTaskIds"},
+        )
+    return parent, parent.thread_root_id or parent.id, depth
+
+
+def _task_metadata(
+    sender: Sender, recipient: Agent | None, kind: str, **extra: Any
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"type": kind}
+    if sender.agent is not None:
+        metadata["fromAgentId"] = str(sender.agent.id)
+        metadata["fromAgentName"] = sender.agent.name
+    else:
+        metadata["fromCallerId"] = sender.caller_id
+    if recipient is not None:
+        metadata["toAgentId"] = str(recipient.id)
+    metadata.update({k: v for k, v in extra.items() if v is not None})
+    return metadata
+
+
+def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task:
+    message_id = message.get("messageId")
+    digest = content_hash(message, to)
+    existing = _existing(sender, message_id)
+    if existing is not None:
+        return _replay(existing, digest)
+    sensitivity = _sensitivity(message)
+    try:
+        with transaction.atomic():
+            recipient = _lock_destination(sender, to, sensitivity)
+            parent, root, depth = _thread(sender, message)
+            now = timezone.now()
+            parts = message["parts"]
+            task = Task.objects.create(
+                tenant=sender.tenant,
+                sender=sender.agent,
+                caller_id=sender.caller_id,
+                recipient=recipient,
+                context_id=str(recipient.id),
+                type=Task.Type.UNICAST,
+                message=message,
+                history=[message],
+                artifacts=[_artifact("message", parts)],
+                metadata=_task_metadata(
+                    sender,
+                    recipient,
+                    Task.Type.UNICAST,
+                    parentTaskId=str(parent.id) if parent else None,
+                    threadId=str(root) if root else None,
+                    sensitivity=sensitivity if sensitivity != Sensitivity.INTERNAL else None,
+                ),
+                sensitivity=sensitivity,
+                parent=parent,
+                thread_root_id=root,
+                depth=depth,
+                search_text=_search_text(parts),
+                message_id=message_id,
+                content_hash=digest,
+                created_at=now,
+                updated_at=now,
+                status_at=now,
+            )
+            event = _write_event(
+                task, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {"messageId": message_id}
+            )
+            events.ring_after_commit(agent_ids=[recipient.id], event_id=event.id)
+    except IntegrityError:
+        # A concurrent retry with the same messageId won the insert.
+        existing = _existing(sender, message_id)
+        if existing is None:
+            raise
+        return _replay(existing, digest)
+    metrics.sent("unicast", 1)
+    return task
+
+
+def _lock_destination(sender: Sender, to: str, sensitivity: str) -> Agent:
+    """The destination agent, row-locked; anything unreachable is the same not-found."""
+    try:
+        pk = uuid.UUID(to)
+    except ValueError:
+        pk = None
+    recipient = (
+        Agent.objects.select_for_update()
+        .filter(tenant=sender.tenant, pk=pk, status=Agent.Status.ACTIVE)
+        .first()
+        if pk
+        else None
+    )
+    if recipient is None or not policy.may_deliver(sender.agent, recipient, sensitivity):
+        raise DestinationNotFound(
+            f"Destination agent not found: {to}", details={"field": "message.metadata.destination"}
+        )
+    return recipient
+
+
+def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
+    """One task per other active agent of the tenant that policy lets us reach, in one
+    transaction, and a summary task (COMPLETED) for the sender."""
+    message_id = message.get("messageId")
+    digest = content_hash(message, "*")
+    existing = _existing(sender, message_id)
+    if existing is not None:
+        return _replay(existing, digest)
+    sensitivity = _sensitivity(message)
+    broadcast_id = uuid.uuid4()
+    parts = message["parts"]
+    try:
+        with transaction.atomic():
+            candidates = Agent.objects.select_for_update().filter(
+                tenant=sender.tenant, status=Agent.Status.ACTIVE
+            )
+            if sender.agent is not None:
+                candidates = candidates.exclude(pk=sender.agent.pk)
+            recipients = [
+                r
+                for r in candidates.order_by("id")
+                if policy.may_deliver(sender.agent, r, sensitivity)
+            ]
+            now = timezone.now()
+            search_text = _search_text(parts)
+            deliveries = [
+                Task(
+                    tenant=sender.tenant,
+                    sender=sender.agent,
+                    caller_id=sender.caller_id,
+                    recipient=recipient,
+                    context_id=str(recipient.id),
+                    type=Task.Type.BROADCAST,
+                    broadcast_id=broadcast_id,
+                    message=message,
+                    history=[message],
+                    artifacts=[_artifact("message", parts)],
+                    metadata=_task_metadata(
+                        sender, recipient, Task.Type.BROADCAST, broadcastId=str(broadcast_id)
+                    ),
+                    sensitivity=sensitivity,
+                    search_text=search_text,
+                    created_at=now,
+                    updated_at=now,
+                    status_at=now,
+                )
+                for recipient in recipients
+            ]
+            Task.objects.bulk_create(deliveries)
+            delivery_ids = [str(t.id) for t in deliveries]
+            summary = Task.objects.create(
+                tenant=sender.tenant,
+                sender=sender.agent,
+                caller_id=sender.caller_id,
+                recipient=None,
+                context_id=str(sender.agent.id) if sender.agent else sender.caller_id,
+                type=Task.Type.BROADCAST_SUMMARY,
+                state=TaskState.COMPLETED,
+                awaiting=Task.Awaiting.NOBODY,
+                broadcast_id=broadcast_id,
+                message=message,
+                history=[message],
+                artifacts=[
+                    _artifact(
+                        "deliveries",
+                        [
+                            {
+                                "data": {
+                                    "recipientCount": len(deliveries),
+                                    "deliveryTaskIds": delivery_ids,
+                                }
+                            }
+                        ],
+                    )
+                ],
+                metadata=_task_metadata(
+                    sender,
+                    None,
+                    Task.Type.BROADCAST_SUMMARY,
+                    recipientCount=len(deliveries),
+                    broadcastId=str(broadcast_id),
+                ),
+                sensitivity=sensitivity,
+                search_text=search_text,
+                message_id=message_id,
+                content_hash=digest,
+                created_at=now,
+                updated_at=now,
+                status_at=now,
+            )
+            rows = [
+                _event_row(t, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {})
+                for t in deliveries
+            ]
+            rows.append(
+                _event_row(
+                    summary,
+                    sender,
+                    Kind.CREATED,
+                    "",
+                    TaskState.COMPLETED,
+                    {"messageId": message_id},
+                )
+            )
+            written = TaskEvent.objects.bulk_create(rows)
+            metrics.events_written(len(written))
+            if deliveries:
+                events.ring_after_commit(
+                    agent_ids=[r.id for r in recipients], event_id=max(e.id for e in written)
+                )
+    except IntegrityError:
+        existing = _existing(sender, message_id)
+        if existing is None:
+            raise
+        return _replay(existing, digest)
+    metrics.sent("broadcast", len(deliveries))
+    return summary
+
+
+def _artifact(name: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"artifactId": f"{name}-{uuid.uuid4().hex[:12]}", "name": name, "parts": parts}
+
+
+# The lifecycle ----------------------------------------------------------------------------
+
+
+def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str, Any]) -> Task:
+    """A lifecycle action (DESIGN.md §4.4) by a party of the task, as a compare-and-set."""
+    transition = TRANSITIONS.get(action) if isinstance(action, str) else None
+    if transition is None:
+        raise InvalidRequest(
+            f"Unknown action {action!r}; expected one of: {', '.join(ACTIONS)}.",
+            details={"field": "message.metadata.action"},
+        )
+    pk = _task_pk(task_id)
+    with transaction.atomic():
+        task = (
+            Task.objects.select_for_update(of=("self",))
+            .select_related("sender", "recipient")
+            .filter(tenant=sender.tenant, pk=pk)
+            .exclude(type=Task.Type.BROADCAST_SUMMARY)
+            .first()
+            if pk
+            else None
+        )
+        roles = party_roles(sender, task) if task is not None else set()
+        if task is None or not roles or not policy.may_read(sender.agent, task):
+            raise TaskNotFound(f"Task not found: {task_id}")
+        refusal = _refusal(task, transition, action, roles)
+        if refusal is not None:
+            if _already_applied(task, sender, message):
+                return task
+            raise refusal
+        _lock_parties(task)
+        from_state = task.state
+        now = timezone.now()
+        parts = message.get("parts") or []
+        acting_as_recipient = transition.actor == "recipient" or roles == {"recipient"}
+        follow_up = {
+            **message,
+            "taskId": str(task.id),
+            "contextId": task.context_id,
+            "role": "ROLE_AGENT" if acting_as_recipient else "ROLE_USER",
+        }
+        task.history = [*task.history, follow_up]
+        if transition.parts_become == "artifact" and parts:
+            task.artifacts = [*task.artifacts, _artifact("result", parts)]
+        status_message = follow_up if transition.parts_become == "status" else None
+        task.metadata = {**task.metadata}
+        if status_message is not None:
+            task.metadata["statusMessage"] = status_message
+        else:
+            task.metadata.pop("statusMessage", None)
+        if transition.target is not None:
+            task.state = transition.target
+            task.awaiting = transition.awaiting_target
+            task.status_at = now
+        task.updated_at = now
+        task.save(
+            update_fields=[
+                "state",
+                "awaiting",
+                "history",
+                "artifacts",
+                "metadata",
+                "status_at",
+                "updated_at",
+            ]
+        )
+        event = _write_event(
+            task,
+            sender,
+            action,
+            from_state,
+            task.state,
+            {"messageId": message.get("messageId"), "parts": parts},
+        )
+        events.ring_after_commit(agent_ids=_party_ids(task), event_id=event.id)
+    metrics.transition(action)
+    return task
+
+
+def cancel_task(*, sender: Sender, task_id: str) -> Task:
+    """CancelTask: the sender withdraws a task the recipient has not read yet."""
+    pk = _task_pk(task_id)
+    with transaction.atomic():
+        task = (
+            Task.objects.select_for_update(of=("self",))
+            .select_related("sender", "recipient")
+            .filter(tenant=sender.tenant, pk=pk)
+            .exclude(type=Task.Type.BROADCAST_SUMMARY)
+            .first()
+            if pk
+            else None
+        )
+        roles = party_roles(sender, task) if task is not None else set()
+        if task is None or not roles or not policy.may_read(sender.agent, task):
+            raise TaskNotFound(f"Task not found: {task_id}")
+        if task.state in TERMINAL_STATES:
+            raise TaskNotCancelable(f"Task {task.id} is {task.state} and cannot be canceled.")
+        if (
+            "sender" not in roles
+            or task.state != TaskState.INPUT_REQUIRED
+            or task.awaiting != Task.Awaiting.RECIPIENT
+        ):
+            raise TaskNotCancelable(
+                "Only the sender can cancel a task, and only while it is unread."
+            )
+        _lock_parties(task)
+        now = timezone.now()
+        task.state, task.awaiting = TaskState.CANCELED, Task.Awaiting.NOBODY
+        task.status_at = task.updated_at = now
+        task.save(update_fields=["state", "awaiting", "status_at", "updated_at"])
+        event = _write_event(
+            task, sender, Kind.CANCEL, TaskState.INPUT_REQUIRED, TaskState.CANCELED, {}
+        )
+        events.ring_after_commit(agent_ids=_party_ids(task), event_id=event.id)
+    metrics.transition(Kind.CANCEL)
+    return task
+
+
+def _refusal(task: Task, transition: Transition, action: str, roles: set[str]) -> Exception | None:
+    if task.state in TERMINAL_STATES:
+        return UnsupportedOperation(f"Task {task.id} is {task.state}; terminal tasks are final.")
+    if transition.actor != "either" and transition.actor not in roles:
+        return UnsupportedOperation(f"Only the task's {transition.actor} can {action} it.")
+    if task.state not in transition.sources or (
+        transition.awaiting_source is not None and task.awaiting != transition.awaiting_source
+    ):
+        return UnsupportedOperation(f"Cannot {action} a task that is {_describe(task)}.")
+    return None
+
+
+def _task_pk(task_id: Any) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(task_id))
+    except ValueError:
+        return None
+
+
+def party_roles(sender: Sender, task: Task) -> set[str]:
+    roles = set()
+    if sender.agent is not None:
+        if task.sender_id == sender.agent.id:
+            roles.add("sender")
+        if task.recipient_id == sender.agent.id:
+            roles.add("recipient")
+    elif task.sender_id is None and task.caller_id and task.caller_id == sender.caller_id:
+        roles.add("sender")
+    return roles
+
+
+def _party_task(sender: Sender, task_id: Any) -> Task:
+    """A task the sender is a party of (for referenceTaskIds); otherwise not found."""
+    pk = _task_pk(task_id)
+    task = Task.objects.filter(tenant=sender.tenant, pk=pk).first() if pk else None
+    if task is None or not party_roles(sender, task) or not policy.may_read(sender.agent, task):
+        raise InvalidRequest(
+            f"Referenced task not found: {task_id}", details={"field": "message.referenceTaskIds"}
+        )
+    return task
+
+
+def _already_applied(task: Task, sender: Sender, message: dict[str, Any]) -> bool:
+    """Whether this follow-up (same messageId, same actor) was applied before: a client that
+    retries after losing the response gets the current task, not an error. Only consulted
+    when the compare-and-set would fail, so the success path pays nothing for it."""
+    message_id = message.get("messageId")
+    if not message_id:
+        return False
+    return (
+        TaskEvent.objects.filter(task=task, actor=sender.agent, actor_label=_actor_label(sender))
+        .filter(payload__messageId=message_id)
+        .exclude(kind=Kind.CREATED)
+        .exists()
+    )
+
+
+def _actor_label(sender: Sender) -> str:
+    return "" if sender.agent else f"external:{sender.caller_id}"
+
+
+def _describe(task: Task) -> str:
+    if task.state == TaskState.INPUT_REQUIRED:
+        return (
+            "unread"
+            if task.awaiting == Task.Awaiting.RECIPIENT
+            else "waiting for the sender's reply"
+        )
+    return task.state
+
+
+def _party_ids(task: Task) -> list[uuid.UUID]:
+    return [i for i in {task.sender_id, task.recipient_id} if i is not None]
+
+
+def _lock_parties(task: Task) -> None:
+    ids = sorted(_party_ids(task))
+    list(
+        Agent.objects.select_for_update()
+        .filter(pk__in=ids)
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+
+
+def _event_row(
+    task: Task, sender: Sender, kind: str, from_state: str, to_state: str, payload: dict
+) -> TaskEvent:
+    return TaskEvent(
+        tenant_id=task.tenant_id,
+        task=task,
+        sender_agent_id=task.sender_id,
+        recipient_agent_id=task.recipient_id,
+        actor=sender.agent,
+        actor_label=_actor_label(sender),
+        kind=kind,
+        from_state=from_state,
+        to_state=to_state,
+        payload={k: v for k, v in payload.items() if v not in (None, [], {})},
+        created_at=task.updated_at,
+    )
+
+
+def _write_event(
+    task: Task, sender: Sender, kind: str, from_state: str, to_state: str, payload: dict
+) -> TaskEvent:
+    event = _event_row(task, sender, kind, from_state, to_state, payload)
+    event.save(force_insert=True)
+    metrics.events_written(1)
+    return event

@@ -1,0 +1,47 @@
+import pytest
+from django.test import Client
+
+from tests.messaging.rpc import call, message
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def tight_limit(settings):
+    settings.HIKYAKU_RATE_LIMIT_PER_MINUTE = 3
+    settings.REDIS_URL = ""  # count in process memory for this test
+
+
+def test_rest_requests_over_the_limit_get_429_with_retry_after(tight_limit, agent):
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {agent.token}")
+    statuses = [client.get("/api/v1/agents").status_code for _ in range(4)]
+    assert statuses == [200, 200, 200, 429]
+    limited = client.get("/api/v1/agents")
+    assert limited.json()["error"]["code"] == "RATE_LIMITED"
+    assert 0 < int(limited["Retry-After"]) <= 60
+
+
+def test_json_rpc_over_the_limit_gets_a_rate_limited_error(tight_limit, agent, peer):
+    for _ in range(3):
+        call(agent, "SendMessage", {"message": message(to=peer.id)})
+    response = call(agent, "SendMessage", {"message": message(to=peer.id)})
+    assert response.status_code == 429
+    assert response.json()["error"]["data"][0]["reason"] == "RATE_LIMITED"
+
+
+def test_limits_are_per_credential(tight_limit, agent, peer):
+    for _ in range(4):
+        Client(HTTP_AUTHORIZATION=f"Bearer {agent.token}").get("/api/v1/agents")
+    assert (
+        Client(HTTP_AUTHORIZATION=f"Bearer {peer.token}").get("/api/v1/agents").status_code == 200
+    )
+
+
+def test_redis_backed_counting_is_shared(settings, agent):
+    import redis
+
+    settings.HIKYAKU_RATE_LIMIT_PER_MINUTE = 2
+    settings.REDIS_URL = "redis://127.0.0.1:6379/5"
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {agent.token}")
+    assert [client.get("/api/v1/agents").status_code for _ in range(3)] == [200, 200, 429]
