@@ -111,6 +111,10 @@ def build_parser() -> Parser:
         default=argparse.SUPPRESS,
         help="print JSON for scripts",
     )
+    common.add_argument("--url", default=argparse.SUPPRESS, help="broker URL ($HIKYAKU_URL)")
+    common.add_argument(
+        "--api-key", default=argparse.SUPPRESS, help="tenant API key ($HIKYAKU_API_KEY)"
+    )
 
     parser = Parser(
         prog=PROG,
@@ -245,11 +249,12 @@ class Output:
         sys.stdout.flush()
 
     def print(self, *renderables: Any) -> None:
-        self.out.print(*renderables)
+        # Plain strings are printed as text, never as rich markup (they carry user content).
+        self.out.print(*(Text(r) if isinstance(r, str) else r for r in renderables))
 
     def progress(self, message: str | Text) -> None:
         if not self.quiet:
-            self.err.print(message, style="dim" if isinstance(message, str) else None)
+            self.err.print(Text(message, style="dim") if isinstance(message, str) else message)
 
 
 def _task_id(args: argparse.Namespace) -> str:
@@ -264,7 +269,7 @@ def _task_id(args: argparse.Namespace) -> str:
 def _parts(args: argparse.Namespace, *, required: bool, default_text: str | None = None):
     data = getattr(args, "data", None)
     parts = build_parts(
-        text=args.text or default_text,
+        text=getattr(args, "text", None) or default_text,
         files=getattr(args, "file", []) or [],
         data=data,
         has_data=data is not None,
@@ -280,6 +285,10 @@ async def _names(client: HikyakuClient) -> dict[str, str]:
         return {a["agent_id"]: a.get("name", "") for a in await client.list_all_agents()}
     except HikyakuError:
         return {}
+
+
+async def _show_task(client: HikyakuClient, out: Output, task: dict[str, Any]) -> None:
+    out.print(render.task_detail(task, names=await _names(client)))
 
 
 # Commands. Each takes (args, client, output).
@@ -346,10 +355,9 @@ async def cmd_send(args, client: HikyakuClient, out: Output) -> None:
     if out.as_json:
         out.json({"task": task})
         return
-    meta = task.get("metadata", {})
-    to = render.agent_label(meta.get("toAgentId") or args.to, meta.get("toAgentName"))
-    out.print(f"Message sent to {to}.")
-    out.print(render.task_detail(task))
+    names = await _names(client)
+    out.print(f"Message sent to {render.recipient_label(task, names)}.")
+    out.print(render.task_detail(task, names=names))
 
 
 async def cmd_broadcast(args, client: HikyakuClient, out: Output) -> None:
@@ -359,7 +367,7 @@ async def cmd_broadcast(args, client: HikyakuClient, out: Output) -> None:
         return
     count = summary.get("metadata", {}).get("recipientCount", "?")
     out.print(f"Broadcast sent to {count} agent(s).")
-    out.print(render.task_detail(summary))
+    await _show_task(client, out, summary)
 
 
 async def _list(args, client: HikyakuClient, out: Output, *, box: str) -> None:
@@ -413,7 +421,7 @@ def _action_command(action: str, *, parts_required: bool, default_text: str | No
             out.json({"task": task})
             return
         out.print(_DONE[action])
-        out.print(render.task_detail(task))
+        await _show_task(client, out, task)
 
     return run
 
@@ -424,7 +432,7 @@ async def cmd_cancel(args, client: HikyakuClient, out: Output) -> None:
         out.json({"task": task})
         return
     out.print("Task canceled.")
-    out.print(render.task_detail(task))
+    await _show_task(client, out, task)
 
 
 async def cmd_get_task(args, client: HikyakuClient, out: Output) -> None:
@@ -432,7 +440,7 @@ async def cmd_get_task(args, client: HikyakuClient, out: Output) -> None:
     if out.as_json:
         out.json({"task": task})
         return
-    out.print(render.task_detail(task))
+    await _show_task(client, out, task)
 
 
 async def cmd_thread(args, client: HikyakuClient, out: Output) -> None:
@@ -442,7 +450,7 @@ async def cmd_thread(args, client: HikyakuClient, out: Output) -> None:
     if out.as_json:
         out.json({"task": task, "events": events})
         return
-    out.print(render.task_detail(task))
+    await _show_task(client, out, task)
     out.print()
     out.print(render.events_table(events, task))
 

@@ -553,6 +553,7 @@ class HikyakuClient:
             raise ConfigurationError(f"Unknown action {action!r}.")
         message: dict[str, Any] = {
             "taskId": task_id,
+            # The broker wants at least one part; the old client acknowledged with "ack".
             "parts": parts or [text_part(action)],
             "metadata": {"action": action},
         }

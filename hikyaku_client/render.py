@@ -122,6 +122,11 @@ def agent_label(agent_id: str | None, name: str | None = None) -> str:
     return agent_id or "?"
 
 
+def _row(table: Table, *cells: Any) -> None:
+    """Add a row whose cells are plain text: user content is never read as rich markup."""
+    table.add_row(*(cell if isinstance(cell, Text) else Text(str(cell)) for cell in cells))
+
+
 def make_console(*, stderr: bool = False) -> Console:
     console = Console(stderr=stderr, highlight=False, soft_wrap=False)
     if not console.is_terminal:
@@ -156,7 +161,8 @@ def tasks_table(tasks: list[dict[str, Any]], *, box: str = "inbox", names: dict 
         latest = latest_text(task)
         if latest:
             text = f"{text} ⟶ {latest}"
-        table.add_row(
+        _row(
+            table,
             task.get("id", "?"),
             peer,
             _styled_state(task),
@@ -177,7 +183,8 @@ def agents_table(agents: list[dict[str, Any]], *, me: str | None = None):
         name = agent.get("name", "")
         if me and agent.get("agent_id") == me:
             name = f"{name} (you)"
-        table.add_row(
+        _row(
+            table,
             agent.get("agent_id", "?"),
             name,
             local_time(agent.get("registered_at")),
@@ -191,73 +198,86 @@ def agent_detail(agent: dict[str, Any]):
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
-    table.add_row("agent_id", agent.get("agent_id", "?"))
-    table.add_row("name", agent.get("name", ""))
-    table.add_row("description", agent.get("description", ""))
-    table.add_row("status", agent.get("status", "active"))
-    table.add_row("registered", local_time(agent.get("registered_at")))
+    _row(table, "agent_id", agent.get("agent_id", "?"))
+    _row(table, "name", agent.get("name", ""))
+    _row(table, "description", agent.get("description", ""))
+    _row(table, "status", agent.get("status", "active"))
+    _row(table, "registered", local_time(agent.get("registered_at")))
     if agent.get("last_seen_at"):
-        table.add_row("last seen", local_time(agent.get("last_seen_at")))
+        _row(table, "last seen", local_time(agent.get("last_seen_at")))
     skills = agent.get("skills") or []
     if skills:
-        table.add_row(
+        _row(
+            table,
             "skills",
             ", ".join(f"{s.get('name') or s.get('id')}" for s in skills if isinstance(s, dict)),
         )
     if agent.get("webhook_url"):
-        table.add_row("webhook", agent["webhook_url"])
+        _row(table, "webhook", agent["webhook_url"])
     return table
 
 
-def _role(message: dict[str, Any], task: dict[str, Any]) -> str:
+def recipient_label(task: dict[str, Any], names: dict[str, str] | None = None) -> str:
     meta = task.get("metadata", {})
-    role = message.get("role", "")
+    recipient = meta.get("toAgentId") or task.get("contextId")
+    return agent_label(recipient, meta.get("toAgentName") or (names or {}).get(recipient))
+
+
+def sender_label(task: dict[str, Any], names: dict[str, str] | None = None) -> str:
+    meta = task.get("metadata", {})
+    sender = meta.get("fromAgentId")
+    return agent_label(sender, meta.get("fromAgentName") or (names or {}).get(sender))
+
+
+def _role(message: dict[str, Any], task: dict[str, Any], names: dict[str, str] | None) -> str:
     # The sender's messages are ROLE_USER, the recipient's ROLE_AGENT (A2A's client/agent).
-    if role == "ROLE_AGENT":
-        return agent_label(meta.get("toAgentId"), meta.get("toAgentName")) + " (recipient)"
-    return agent_label(meta.get("fromAgentId"), meta.get("fromAgentName")) + " (sender)"
+    if message.get("role") == "ROLE_AGENT":
+        return recipient_label(task, names)
+    return sender_label(task, names)
 
 
-def task_detail(task: dict[str, Any]):
+def task_detail(task: dict[str, Any], names: dict[str, str] | None = None):
     meta = task.get("metadata", {})
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
-    table.add_row("task", task.get("id", "?"))
-    table.add_row("state", Text(full_state(task), style=STATE_STYLES.get(short_state(task), "")))
-    table.add_row("updated", local_time(task.get("status", {}).get("timestamp")))
-    table.add_row("from", agent_label(meta.get("fromAgentId"), meta.get("fromAgentName")))
+    _row(table, "task", task.get("id", "?"))
+    _row(table, "state", Text(full_state(task), style=STATE_STYLES.get(short_state(task), "")))
+    _row(table, "updated", local_time(task.get("status", {}).get("timestamp")))
+    _row(table, "from", sender_label(task, names))
     if meta.get("type") == "broadcast_summary":
-        table.add_row("to", f"broadcast to {meta.get('recipientCount', '?')} agents")
+        _row(table, "to", f"broadcast to {meta.get('recipientCount', '?')} agents")
     else:
-        table.add_row(
-            "to",
-            agent_label(meta.get("toAgentId") or task.get("contextId"), meta.get("toAgentName")),
-        )
-    table.add_row("type", str(meta.get("type", "")))
+        _row(table, "to", recipient_label(task, names))
+    _row(table, "type", str(meta.get("type", "")))
     for key in ("parentTaskId", "threadId", "broadcastId"):
         if meta.get(key):
-            table.add_row(key, str(meta[key]))
+            _row(table, key, str(meta[key]))
     history = task.get("history") or []
     if history:
         for message in history:
             action = (message.get("metadata") or {}).get("action")
-            who = _role(message, task)
+            who = _role(message, task, names)
             label = f"{who}" + (f" [{action}]" if action else "")
-            table.add_row("message", f"{label}: {parts_summary(message.get('parts'))}")
+            _row(table, "message", f"{label}: {parts_summary(message.get('parts'))}")
     else:
-        table.add_row("message", message_text(task))
+        _row(table, "message", message_text(task))
     for artifact in (task.get("artifacts") or [])[1:] if history else []:
-        table.add_row("result", parts_summary(artifact.get("parts")))
+        _row(table, "result", parts_summary(artifact.get("parts")))
     status_message = task.get("status", {}).get("message")
     if isinstance(status_message, dict) and status_message.get("parts") and not history:
-        table.add_row("status", parts_summary(status_message["parts"]))
+        _row(table, "status", parts_summary(status_message["parts"]))
     return table
 
 
-def event_line(event: str, task: dict[str, Any], *, event_id: str | None = None) -> Text:
+def event_line(
+    event: str,
+    task: dict[str, Any],
+    *,
+    event_id: str | None = None,
+    names: dict[str, str] | None = None,
+) -> Text:
     """One line per stream event for `hikyaku watch`."""
-    meta = task.get("metadata", {})
     when = local_time(task.get("status", {}).get("timestamp")) or datetime.now().strftime(
         "%Y-%m-%d %H:%M:%S"
     )
@@ -268,10 +288,7 @@ def event_line(event: str, task: dict[str, Any], *, event_id: str | None = None)
     else:
         line.append(f"{event:<12}", style="bold cyan")
     line.append(f"{task.get('id', '?')} ")
-    line.append(
-        f"{agent_label(meta.get('fromAgentId'), meta.get('fromAgentName'))} → "
-        f"{agent_label(meta.get('toAgentId') or task.get('contextId'), meta.get('toAgentName'))} "
-    )
+    line.append(f"{sender_label(task, names)} → {recipient_label(task, names)} ")
     line.append(short_state(task), style=STATE_STYLES.get(short_state(task), ""))
     text = latest_text(task) if event != "message" else ""
     text = text or message_text(task)
@@ -319,9 +336,9 @@ def events_table(events: list[dict[str, Any]], task: dict[str, Any]):
         before = _state_name(event.get("from_state"))
         after = _state_name(event.get("to_state"))
         state = f"{before} → {after}" if before and after and before != after else after
-        message = event.get("message")
-        text = parts_summary(message.get("parts")) if isinstance(message, dict) else ""
-        table.add_row(
+        text = str(event.get("note") or "")
+        _row(
+            table,
             local_time(event.get("created_at") or event.get("timestamp")),
             str(event.get("kind") or event.get("type") or ""),
             str(actor),
