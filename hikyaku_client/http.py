@@ -37,15 +37,14 @@ USER_AGENT = f"hikyaku-client/{__version__}"
 # message.metadata.action.
 ACTIONS = ("ack", "accept", "complete", "reject", "fail", "block", "reply", "comment")
 
+# The states a Hikyaku task can be in (DESIGN.md §4.4).
 STATES = (
-    "TASK_STATE_SUBMITTED",
-    "TASK_STATE_WORKING",
     "TASK_STATE_INPUT_REQUIRED",
+    "TASK_STATE_WORKING",
     "TASK_STATE_COMPLETED",
-    "TASK_STATE_CANCELED",
-    "TASK_STATE_FAILED",
     "TASK_STATE_REJECTED",
-    "TASK_STATE_AUTH_REQUIRED",
+    "TASK_STATE_FAILED",
+    "TASK_STATE_CANCELED",
 )
 TERMINAL_STATES = frozenset(
     {"TASK_STATE_COMPLETED", "TASK_STATE_CANCELED", "TASK_STATE_FAILED", "TASK_STATE_REJECTED"}
@@ -83,7 +82,7 @@ class BrokerError(HikyakuError):
 
 def normalize_state(value: str) -> str:
     """`input-required`, `INPUT_REQUIRED`, `completed`, `TASK_STATE_WORKING` → `TASK_STATE_*`."""
-    name = value.strip().upper().replace("-", "_")
+    name = value.strip().upper().replace("-", "_").replace("CANCELLED", "CANCELED")
     if not name.startswith("TASK_STATE_"):
         name = f"TASK_STATE_{name}"
     if name not in STATES:

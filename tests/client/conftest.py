@@ -68,7 +68,10 @@ def flush_after_module(request, django_db_blocker):
 
 @pytest.fixture(scope="session")
 def client_broker(django_db_setup, django_db_blocker) -> Iterator[BrokerProcess]:
-    server = BrokerProcess(port=port_in_range()).start()
+    # A production-like host allow-list, so the /mcp mount's own Host check is exercised.
+    server = BrokerProcess(
+        port=port_in_range(), env={"DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost"}
+    ).start()
     yield server
     server.stop()
 
@@ -170,3 +173,10 @@ def registrar(client_broker: BrokerProcess, api_key: str):
         return Agent(body["agent_id"], body["agent_token"], name, client_broker.url, api_key)
 
     return register_agent
+
+
+def stream_available(url: str) -> bool:
+    """Whether the broker serves the inbox stream yet (401 without credentials, not 404)."""
+    import httpx
+
+    return httpx.get(f"{url}/api/v1/subscribe", timeout=5).status_code != 404
