@@ -81,6 +81,7 @@ class LocalSession:
         try:
             async for event in stream.events():
                 if event.event == "ready":
+                    self._learn_agent_id(event.data)
                     if not self._backfilled.is_set():
                         await self._refill()
                         self._backfilled.set()
@@ -94,6 +95,15 @@ class LocalSession:
             if not self._backfilled.is_set():
                 await self._refill()
                 self._backfilled.set()
+
+    def _learn_agent_id(self, ready: Any) -> None:
+        """With only an agent token configured, the stream tells us who we are."""
+        credentials = self.client.credentials
+        if credentials.agent_id or not isinstance(ready, dict) or not ready.get("agent_id"):
+            return
+        self.client.credentials = credentials.with_agent(
+            agent_id=str(ready["agent_id"]), agent_token=credentials.agent_token
+        )
 
     async def _refill(self) -> None:
         """Buffer what waits for us according to the broker (backfill, and the fallback while
@@ -133,7 +143,9 @@ class LocalSession:
                 break
             await self.buffer.wait_for_change(remaining)
         return {
-            "items": [{"event": item.event, "task": item.task} for item in items],
+            "items": [
+                {"event": item.event, "task": item.task, "eventId": item.event_id} for item in items
+            ],
             "remaining": len(self.buffer),
             "stream": self.stream_status(),
         }

@@ -109,11 +109,31 @@ class InboxStream:
                         if sse.retry:
                             delay = max(delay, sse.retry / 1000)
                         if sse.event == "ready":
+                            # Its id is the stream's position: resuming from it after an early
+                            # drop replays whatever happened in between.
+                            if sse.id:
+                                self.last_event_id = sse.id
                             self.connections += 1
                             delay = self.initial_delay
                             self._set_state("connected", url)
-                            yield StreamEvent(id=sse.id or None, event="ready", data=None)
+                            yield StreamEvent(
+                                id=sse.id or None, event="ready", data=_parse(sse.data)
+                            )
                             continue
+                        if sse.event == "closed":
+                            # The broker ends the stream on purpose: for good when the
+                            # credentials no longer hold, otherwise (restart, slow reader)
+                            # to be resumed.
+                            closed = _parse(sse.data)
+                            closed = closed if isinstance(closed, dict) else {}
+                            if closed.get("code") == "UNAUTHORIZED":
+                                raise AuthenticationFailed(
+                                    str(closed.get("message") or "Stream closed: unauthorized."),
+                                    code="UNAUTHORIZED",
+                                    status=401,
+                                )
+                            reason = str(closed.get("message") or "stream closed by the broker")
+                            break
                         if sse.id:
                             self.last_event_id = sse.id
                         yield StreamEvent(id=sse.id or None, event=sse.event, data=_parse(sse.data))
