@@ -108,6 +108,8 @@ class InboxStream:
                     async for sse in EventSource(response).aiter_sse():
                         if sse.retry:
                             delay = max(delay, sse.retry / 1000)
+                        if not sse.data and sse.event not in ("ready", "closed"):
+                            continue  # e.g. a bare `retry:` block, which httpx-sse yields too
                         if sse.event == "ready":
                             # Its id is the stream's position: resuming from it after an early
                             # drop replays whatever happened in between.

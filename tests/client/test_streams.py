@@ -39,9 +39,7 @@ class Watch:
     def __init__(self, agent: Agent, *args: str, url: str | None = None) -> None:
         env = {**agent.env, **({"HIKYAKU_URL": url} if url else {})}
         self.proc = subprocess.Popen(
-            [HIKYAKU, *args, "watch"]
-            if args and args[0] == "--json"
-            else [HIKYAKU, "watch", *args],
+            [HIKYAKU, "watch", *args],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
