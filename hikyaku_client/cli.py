@@ -17,6 +17,7 @@ import asyncio
 import json
 import re
 import shlex
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -467,7 +468,16 @@ async def cmd_watch(args, client: HikyakuClient, out: Output) -> None:
             out.progress(f"Stream dropped: {detail}")
 
     stream = InboxStream(client, last_event_id=args.since_event, on_status=status)
+    names = {} if out.as_json else await _names(client)
     seen = 0
+
+    async def label(task: dict[str, Any]) -> None:
+        """Learn the names of agents registered since the watch began."""
+        meta = task.get("metadata") or {}
+        for agent_id in (meta.get("fromAgentId"), meta.get("toAgentId")):
+            if agent_id and agent_id not in names:
+                names.update(await _names(client))
+                names.setdefault(agent_id, "")
 
     async def consume() -> None:
         nonlocal seen
@@ -478,20 +488,23 @@ async def cmd_watch(args, client: HikyakuClient, out: Output) -> None:
             if out.as_json:
                 out.json({"id": event.id, "event": event.event, "task": task}, compact=True)
             else:
-                out.print(render.event_line(event.event, task, event_id=event.id))
+                await label(task)
+                out.print(render.event_line(event.event, task, event_id=event.id, names=names))
             seen += 1
             if args.count and seen >= args.count:
                 return
 
-    if args.timeout:
-        try:
-            await asyncio.wait_for(consume(), timeout=args.timeout)
-        except TimeoutError:
-            pass
-    else:
-        await consume()
-    if stream.last_event_id:
-        out.progress(f"Last event id: {stream.last_event_id} (resume with --since)")
+    try:
+        if args.timeout:
+            try:
+                await asyncio.wait_for(consume(), timeout=args.timeout)
+            except TimeoutError:
+                pass
+        else:
+            await consume()
+    finally:
+        if stream.last_event_id:
+            out.progress(f"Last event id: {stream.last_event_id} (resume with --since)")
 
 
 async def cmd_deregister(args, client: HikyakuClient, out: Output) -> None:
@@ -538,6 +551,9 @@ async def run(args: argparse.Namespace, out: Output) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = Output(as_json=bool(args.json), quiet=args.quiet)
+    if args.command == "watch":
+        # A supervisor's SIGTERM ends `watch` as cleanly as Ctrl-C does.
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         asyncio.run(run(args, out))
     except UsageError as exc:
@@ -555,6 +571,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"Error: unexpected {type(exc).__name__}: {_one_line(str(exc))}\n")
         return 1
     return 0
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _one_line(text: str) -> str:
