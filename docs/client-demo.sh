@@ -33,7 +33,7 @@ export ALICE BOB
 unset HIKYAKU_AGENT_ID HIKYAKU_AGENT_TOKEN
 
 # Alice watches her stream in another terminal for the whole session.
-(source "$work/alice.env"; hikyaku watch >"$work/watch.out" 2>"$work/watch.err") &
+(source "$work/alice.env"; exec hikyaku watch >"$work/watch.out" 2>&1) &
 watch_pid=$!
 sleep 2
 
@@ -49,11 +49,10 @@ as alice hikyaku outbox
 as alice hikyaku reply '$TASK' --text '"Yes, and honour Retry-After."'
 printf 'retry: 5 attempts, exponential backoff, Retry-After honoured\n' >"$work/fix.txt"
 as bob hikyaku complete '$TASK' --text '"Fixed in 3f2c1a9; tests added."' --file fix.txt
-as alice hikyaku get-task '$TASK'
 as alice hikyaku thread '$TASK'
 sleep 1
 kill "$watch_pid" 2>/dev/null || true
 wait "$watch_pid" 2>/dev/null || true
 echo "# Meanwhile, in alice's other terminal:"
 echo 'alice$ hikyaku watch'
-cat "$work/watch.err" "$work/watch.out"
+cat "$work/watch.out"

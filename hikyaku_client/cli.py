@@ -543,6 +543,11 @@ COMMANDS: dict[str, Handler] = {
 
 
 async def run(args: argparse.Namespace, out: Output) -> None:
+    if args.command == "watch":
+        # A supervisor's SIGTERM ends `watch` as cleanly as Ctrl-C does.
+        main_task = asyncio.current_task()
+        if main_task is not None:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
     credentials = Credentials.from_env(url=args.url, api_key=args.api_key, agent_id=args.agent_id)
     async with HikyakuClient(credentials) as client:
         await COMMANDS[args.command](args, client, out)
@@ -551,9 +556,6 @@ async def run(args: argparse.Namespace, out: Output) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = Output(as_json=bool(args.json), quiet=args.quiet)
-    if args.command == "watch":
-        # A supervisor's SIGTERM ends `watch` as cleanly as Ctrl-C does.
-        signal.signal(signal.SIGTERM, _interrupt)
     try:
         asyncio.run(run(args, out))
     except UsageError as exc:
@@ -562,8 +564,8 @@ def main(argv: list[str] | None = None) -> int:
     except HikyakuError as exc:
         sys.stderr.write(f"Error: {_one_line(str(exc))}\n")
         return 1
-    except KeyboardInterrupt:
-        # Ctrl-C is how `watch` is meant to end.
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        # Ctrl-C (or SIGTERM) is how `watch` is meant to end.
         return 0 if args.command == "watch" else 130
     except BrokenPipeError:
         return 0
@@ -571,10 +573,6 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"Error: unexpected {type(exc).__name__}: {_one_line(str(exc))}\n")
         return 1
     return 0
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def _one_line(text: str) -> str:

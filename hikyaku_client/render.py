@@ -96,14 +96,21 @@ def message_text(task: dict[str, Any]) -> str:
     return ""
 
 
+def message_body(message: dict[str, Any]) -> str:
+    """A follow-up's content; '' when it only names its verb (`accept` with no text)."""
+    text = parts_summary(message.get("parts"))
+    action = (message.get("metadata") or {}).get("action")
+    return "" if action and text == action else text
+
+
 def latest_text(task: dict[str, Any]) -> str:
     """The last follow-up on the task (status message, else the last history entry)."""
     status_message = task.get("status", {}).get("message")
     if isinstance(status_message, dict) and status_message.get("parts"):
-        return parts_summary(status_message["parts"])
+        return message_body(status_message)
     history = task.get("history") or []
     if len(history) > 1:
-        return parts_summary(history[-1].get("parts"))
+        return message_body(history[-1])
     return ""
 
 
@@ -160,14 +167,14 @@ def tasks_table(tasks: list[dict[str, Any]], *, box: str = "inbox", names: dict 
         text = message_text(task)
         latest = latest_text(task)
         if latest:
-            text = f"{text} ⟶ {latest}"
+            text = f"{clip(text, 40)} ⟶ {latest}"
         _row(
             table,
             task.get("id", "?"),
             peer,
             _styled_state(task),
             local_time(task.get("status", {}).get("timestamp")),
-            clip(text, 70),
+            clip(text, 100),
         )
     return table
 
@@ -257,9 +264,9 @@ def task_detail(task: dict[str, Any], names: dict[str, str] | None = None):
     if history:
         for message in history:
             action = (message.get("metadata") or {}).get("action")
-            who = _role(message, task, names)
-            label = f"{who}" + (f" [{action}]" if action else "")
-            _row(table, "message", f"{label}: {parts_summary(message.get('parts'))}")
+            label = _role(message, task, names) + (f" [{action}]" if action else "")
+            body = message_body(message)
+            _row(table, "message", f"{label}: {body}" if body else label)
     else:
         _row(table, "message", message_text(task))
     for artifact in (task.get("artifacts") or [])[1:] if history else []:
@@ -290,10 +297,22 @@ def event_line(
     line.append(f"{task.get('id', '?')} ")
     line.append(f"{sender_label(task, names)} → {recipient_label(task, names)} ")
     line.append(short_state(task), style=STATE_STYLES.get(short_state(task), ""))
-    text = latest_text(task) if event != "message" else ""
-    text = text or message_text(task)
-    if text:
-        line.append(": " + clip(text, 80))
+    history = task.get("history") or []
+    if event == "message" or len(history) < 2:
+        text = message_text(task)
+        if text:
+            line.append(": " + clip(text, 80))
+        return line
+    if short_state(task) == "canceled":  # CancelTask appends no message
+        line.append(f"  {sender_label(task, names)} cancel", style="bold")
+        return line
+    # An update: who did what, from the follow-up it appended.
+    last = history[-1]
+    action = (last.get("metadata") or {}).get("action") or "update"
+    line.append(f"  {_role(last, task, names)} {action}", style="bold")
+    body = message_body(last)
+    if body:
+        line.append(": " + clip(body, 80))
     return line
 
 

@@ -157,6 +157,18 @@ def test_watch_resumes_after_a_drop_without_missing_events(register, proxy):
         watch.stop()
 
 
+def test_watch_ends_cleanly_on_sigterm_with_the_resume_point(register):
+    bob = register("bob")
+    watch = Watch(bob)
+    try:
+        watch.wait_stderr("Live.")
+        watch.proc.terminate()
+        assert watch.finish() == 0
+        watch.wait_stderr("(resume with --since)")
+    finally:
+        watch.stop()
+
+
 def test_watch_stops_with_one_error_line_when_the_agent_is_deregistered(register):
     bob = register("bob")
     watch = Watch(bob)
