@@ -356,6 +356,8 @@ def events_table(events: list[dict[str, Any]], task: dict[str, Any]):
         after = _state_name(event.get("to_state"))
         state = f"{before} → {after}" if before and after and before != after else after
         text = str(event.get("note") or "")
+        if text == event.get("kind"):  # a verb sent without text carries its own name
+            text = ""
         _row(
             table,
             local_time(event.get("created_at") or event.get("timestamp")),
