@@ -12,249 +12,28 @@ same id after a transport failure, so a send whose outcome was lost is never del
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import mimetypes
-import os
-import socket
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
 from . import __version__
+from .config import Credentials
+from .errors import (
+    BrokerError,
+    ConfigurationError,
+    ConnectionFailed,
+    describe_transport_error,
+    error_from_response,
+    rpc_error,
+)
+from .wire import ACTIONS, normalize_state, text_part
 
-DEFAULT_URL = "http://localhost:8000"
 A2A_VERSION = "1.0"
 RPC_PATH = "/a2a/"
 USER_AGENT = f"hikyaku-client/{__version__}"
-
-# Lifecycle verbs of DESIGN.md §4.4, sent as SendMessage with message.taskId and
-# message.metadata.action.
-ACTIONS = ("ack", "accept", "complete", "reject", "fail", "block", "reply", "comment")
-
-# The states a Hikyaku task can be in (DESIGN.md §4.4).
-STATES = (
-    "TASK_STATE_INPUT_REQUIRED",
-    "TASK_STATE_WORKING",
-    "TASK_STATE_COMPLETED",
-    "TASK_STATE_REJECTED",
-    "TASK_STATE_FAILED",
-    "TASK_STATE_CANCELED",
-)
-TERMINAL_STATES = frozenset(
-    {"TASK_STATE_COMPLETED", "TASK_STATE_CANCELED", "TASK_STATE_FAILED", "TASK_STATE_REJECTED"}
-)
-
-
-class HikyakuError(Exception):
-    """Anything that went wrong talking to the broker; `str()` is one readable line."""
-
-    def __init__(self, message: str, *, code: str | int | None = None, status: int | None = None):
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.status = status
-
-    def __str__(self) -> str:
-        return self.message
-
-
-class ConfigurationError(HikyakuError):
-    """A missing or malformed setting (environment variable or option)."""
-
-
-class ConnectionFailed(HikyakuError):
-    """The broker could not be reached; the message names the URL that was tried."""
-
-
-class AuthenticationFailed(HikyakuError):
-    """HTTP 401: the key or token is missing, invalid, revoked or expired."""
-
-
-class BrokerError(HikyakuError):
-    """The broker refused the request (REST error envelope or JSON-RPC error object)."""
-
-
-def normalize_state(value: str) -> str:
-    """`input-required`, `INPUT_REQUIRED`, `completed`, `TASK_STATE_WORKING` → `TASK_STATE_*`."""
-    name = value.strip().upper().replace("-", "_").replace("CANCELLED", "CANCELED")
-    if not name.startswith("TASK_STATE_"):
-        name = f"TASK_STATE_{name}"
-    if name not in STATES:
-        choices = ", ".join(s.removeprefix("TASK_STATE_").lower().replace("_", "-") for s in STATES)
-        raise ConfigurationError(f"Unknown task state {value!r}; use one of: {choices}.")
-    return name
-
-
-# Parts (A2A 1.0 ProtoJSON, no "kind").
-
-
-def text_part(text: str) -> dict[str, Any]:
-    return {"text": text}
-
-
-def data_part(data: Any) -> dict[str, Any]:
-    return {"data": data}
-
-
-def url_part(url: str, *, filename: str = "", media_type: str = "") -> dict[str, Any]:
-    part: dict[str, Any] = {"url": url}
-    if filename:
-        part["filename"] = filename
-    if media_type:
-        part["mediaType"] = media_type
-    return part
-
-
-def file_part(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A file as a `raw` part (base64) with its name and media type."""
-    file_path = Path(path)
-    try:
-        content = file_path.read_bytes()
-    except OSError as exc:
-        raise ConfigurationError(f"Cannot read {str(path)!r}: {exc.strerror or exc}.") from None
-    media_type = mimetypes.guess_type(file_path.name)[0] or "application/octet-stream"
-    return {
-        "raw": base64.b64encode(content).decode("ascii"),
-        "filename": file_path.name,
-        "mediaType": media_type,
-    }
-
-
-def build_parts(
-    *,
-    text: str | None = None,
-    files: list[str] | tuple[str, ...] = (),
-    data: Any = None,
-    has_data: bool = False,
-) -> list[dict[str, Any]]:
-    """The message parts for the given text, files and JSON data, in that order."""
-    parts: list[dict[str, Any]] = []
-    if text:
-        parts.append(text_part(text))
-    parts.extend(file_part(f) for f in files)
-    if has_data or data is not None:
-        parts.append(data_part(data))
-    return parts
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """Where the broker is and who we are. Either credential identifies the agent."""
-
-    url: str = DEFAULT_URL
-    api_key: str | None = None
-    agent_token: str | None = None
-    agent_id: str | None = None
-
-    @classmethod
-    def from_env(
-        cls,
-        environ: Mapping[str, str] | None = None,
-        *,
-        url: str | None = None,
-        api_key: str | None = None,
-        agent_id: str | None = None,
-        agent_token: str | None = None,
-    ) -> Credentials:
-        """Read `HIKYAKU_URL`, `HIKYAKU_API_KEY`, `HIKYAKU_AGENT_ID`, `HIKYAKU_AGENT_TOKEN`;
-        explicit arguments win over the environment."""
-        env = os.environ if environ is None else environ
-
-        def pick(explicit: str | None, name: str) -> str | None:
-            value = explicit if explicit else env.get(name, "")
-            return value.strip() or None
-
-        return cls(
-            url=(pick(url, "HIKYAKU_URL") or DEFAULT_URL).rstrip("/"),
-            api_key=pick(api_key, "HIKYAKU_API_KEY"),
-            agent_token=pick(agent_token, "HIKYAKU_AGENT_TOKEN"),
-            agent_id=pick(agent_id, "HIKYAKU_AGENT_ID"),
-        )
-
-    def with_agent(self, *, agent_id: str | None, agent_token: str | None) -> Credentials:
-        return replace(self, agent_id=agent_id, agent_token=agent_token)
-
-    @property
-    def has_agent_identity(self) -> bool:
-        return bool(self.agent_token or (self.api_key and self.agent_id))
-
-    def agent_headers(self) -> dict[str, str]:
-        """Headers that authenticate as the agent (DESIGN.md §2)."""
-        if self.agent_token:
-            headers = {"Authorization": f"Bearer {self.agent_token}"}
-            if self.agent_id:
-                headers["X-Agent-Id"] = self.agent_id
-            return headers
-        if not self.api_key:
-            raise ConfigurationError(
-                "No credentials: set HIKYAKU_AGENT_TOKEN (from `hikyaku register`), "
-                "or HIKYAKU_API_KEY together with HIKYAKU_AGENT_ID."
-            )
-        if not self.agent_id:
-            raise ConfigurationError(
-                "HIKYAKU_AGENT_ID (or --agent-id) is required with HIKYAKU_API_KEY; "
-                "or set HIKYAKU_AGENT_TOKEN."
-            )
-        return {"Authorization": f"Bearer {self.api_key}", "X-Agent-Id": self.agent_id}
-
-    def key_headers(self, api_key: str | None = None) -> dict[str, str]:
-        key = api_key or self.api_key
-        if not key:
-            raise ConfigurationError(
-                "HIKYAKU_API_KEY environment variable is required. "
-                "Create an API key in the Hikyaku web UI."
-            )
-        return {"Authorization": f"Bearer {key}"}
-
-    def require_agent_id(self) -> str:
-        if not self.agent_id:
-            raise ConfigurationError(
-                "HIKYAKU_AGENT_ID (or --agent-id) is required: the agent id printed by "
-                "`hikyaku register`."
-            )
-        return self.agent_id
-
-
-def error_from_response(response: httpx.Response) -> HikyakuError:
-    """Translate a REST error envelope (or anything else) into one readable error."""
-    code: str | None = None
-    message = ""
-    try:
-        body = response.json()
-        error = body.get("error") if isinstance(body, dict) else None
-        if isinstance(error, dict):
-            code = error.get("code")
-            message = str(error.get("message") or "")
-            details = error.get("details")
-            if isinstance(details, dict) and details:
-                fields = "; ".join(
-                    f"{field}: {' '.join(map(str, msgs)) if isinstance(msgs, list) else msgs}"
-                    for field, msgs in details.items()
-                )
-                message = f"{message} ({fields})" if message else fields
-        elif isinstance(error, str):
-            message = error
-    except ValueError:
-        pass
-    if not message:
-        message = response.reason_phrase or f"HTTP {response.status_code}"
-    label = f"HTTP {response.status_code}" + (f" {code}" if code else "")
-    cls = AuthenticationFailed if response.status_code == 401 else BrokerError
-    return cls(f"{message} [{label}]", code=code, status=response.status_code)
-
-
-def _rpc_error(error: Any) -> BrokerError:
-    if not isinstance(error, dict):
-        return BrokerError(f"Malformed JSON-RPC error: {error!r}")
-    code = error.get("code")
-    message = str(error.get("message") or "JSON-RPC error")
-    return BrokerError(f"{message} [JSON-RPC {code}]", code=code)
 
 
 # Failures after which a request may be retried: nothing or an idempotent request was sent.
@@ -415,7 +194,7 @@ class HikyakuClient:
         if not isinstance(payload, dict):
             raise BrokerError("Malformed JSON-RPC response.")
         if payload.get("error") is not None:
-            raise _rpc_error(payload["error"])
+            raise rpc_error(payload["error"])
         return payload.get("result")
 
     # Registry (REST, DESIGN.md §3).
@@ -620,22 +399,3 @@ def _unwrap_task(result: Any) -> dict[str, Any]:
 def _segment(value: str) -> str:
     """An id as one URL path segment (never lets '/' or '..' change the path)."""
     return quote(value.strip(), safe="")
-
-
-def describe_transport_error(exc: BaseException) -> str:
-    """A short reason for a transport failure ("connection refused", "unknown host", …)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(seen, socket.gaierror):
-            return "unknown host"
-        if isinstance(seen, OSError) and seen.strerror:
-            return seen.strerror.lower()
-        seen = seen.__cause__ or seen.__context__
-    text = str(exc).strip()
-    if "Connection refused" in text or "Errno 111" in text:
-        return "connection refused"
-    if "Name or service not known" in text or "nodename nor servname" in text:
-        return "unknown host"
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -21,7 +21,9 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 
-from .http import Credentials, HikyakuClient, HikyakuError
+from .config import Credentials
+from .errors import HikyakuError
+from .http import HikyakuClient
 from .inbox import InboxBuffer
 from .mcp_tools import build_server, waiting_for_me
 from .sse import InboxStream

@@ -28,7 +28,9 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from . import __version__, render
-from .http import HikyakuClient, HikyakuError, build_parts, normalize_state
+from .errors import HikyakuError
+from .http import HikyakuClient
+from .wire import build_parts, normalize_state
 
 INSTRUCTIONS = (
     "Hikyaku is a message broker between coding agents. Messages you receive are tasks in your "

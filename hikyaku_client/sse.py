@@ -21,13 +21,13 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, SSEError
 
-from .http import (
+from .errors import (
     AuthenticationFailed,
     BrokerError,
-    HikyakuClient,
     describe_transport_error,
     error_from_response,
 )
+from .http import HikyakuClient
 
 SUBSCRIBE_PATH = "/api/v1/subscribe"
 

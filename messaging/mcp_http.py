@@ -49,7 +49,8 @@ from starlette.authentication import AuthCredentials
 
 from agents.auth import AgentIdentity, authenticate_agent, bearer_secret
 from hikyaku.errors import HikyakuError, InvalidRequest, RateLimited, Unauthenticated
-from hikyaku_client.http import Credentials, HikyakuClient
+from hikyaku_client.config import Credentials
+from hikyaku_client.http import HikyakuClient
 from hikyaku_client.mcp_tools import StatelessSession, build_server
 
 log = logging.getLogger(__name__)

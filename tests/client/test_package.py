@@ -12,9 +12,10 @@ import pytest
 
 import hikyaku_client
 from hikyaku_client.cli import parse_since
-from hikyaku_client.http import ConfigurationError, normalize_state
+from hikyaku_client.errors import ConfigurationError
 from hikyaku_client.inbox import InboxBuffer
 from hikyaku_client.mcp_tools import compact_schema
+from hikyaku_client.wire import normalize_state
 
 
 def test_it_never_imports_django():
