@@ -7,10 +7,15 @@ goes to Django.
 
 import os
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
+
+from hikyaku.sqlite_backup import hold_server_lock
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hikyaku.settings")
 django_application = get_asgi_application()
+# On the embedded SQLite default, `manage.py restore` refuses while this process runs.
+hold_server_lock(settings.DATABASES["default"])
 
 from messaging import mcp_http  # noqa: E402  (needs the app registry set up above)
 
