@@ -54,6 +54,7 @@ class HikyakuClient:
         transport: httpx.AsyncBaseTransport | None = None,
         timeout: float = 30.0,
         retries: int = 2,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.credentials = credentials
         self.retries = retries
@@ -61,7 +62,7 @@ class HikyakuClient:
             base_url=credentials.url,
             transport=transport,
             timeout=httpx.Timeout(timeout, connect=10.0),
-            headers={"A2A-Version": A2A_VERSION, "User-Agent": USER_AGENT},
+            headers={"A2A-Version": A2A_VERSION, "User-Agent": USER_AGENT, **(headers or {})},
             follow_redirects=False,
         )
 

@@ -112,7 +112,14 @@ async def _resolve(ctx: Context) -> AsyncIterator[StatelessSession]:
         agent_token=token,
         agent_id=agent_id or request.headers.get("x-agent-id"),
     )
-    client = HikyakuClient(credentials, transport=InProcessTransport(), retries=0)
+    # The in-process request is seen as the outer one was (https behind a TLS proxy).
+    proto = request.headers.get("x-forwarded-proto") or request.url.scheme
+    client = HikyakuClient(
+        credentials,
+        transport=InProcessTransport(),
+        retries=0,
+        headers={"X-Forwarded-Proto": proto},
+    )
     try:
         yield StatelessSession(client)
     finally:
