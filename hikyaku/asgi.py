@@ -10,9 +10,10 @@ streaming response: FACTS.md); everything else goes to Django's ASGI handler:
 - `POST /` and `POST /a2a/` whose JSON-RPC method is SendStreamingMessage, SubscribeToTask,
   message/stream or tasks/resubscribe           → A2A streaming (the body is read here; any
   other request gets it replayed to Django unchanged)
+- `/mcp`                                        → MCP over Streamable HTTP (messaging/mcp_http.py)
 
-The lifespan protocol starts and stops the per-process stream hub (it also starts lazily on
-the first stream, for servers without lifespan support).
+The lifespan protocol starts and stops the per-process stream hub and the MCP session
+manager (both also start lazily on first use, for servers without lifespan support).
 """
 
 import json
@@ -28,6 +29,7 @@ django_application = get_asgi_application()
 # On the embedded SQLite default, `manage.py restore` refuses while this process runs.
 hold_server_lock(settings.DATABASES["default"])
 
+from messaging import mcp_http  # noqa: E402  (needs the app registry set up above)
 from messaging.stream import a2a, inbox, web  # noqa: E402
 from messaging.stream.hub import hub  # noqa: E402
 
@@ -74,24 +76,28 @@ def _replay(messages: list[dict], receive):
 
 
 async def _lifespan(receive, send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            try:
-                await hub.ensure_started()
-            except Exception as exc:
-                await send({"type": "lifespan.startup.failed", "message": str(exc)})
-                return
+    message = await receive()
+    if message["type"] != "lifespan.startup":
+        return
+    try:
+        await hub.ensure_started()
+        async with mcp_http.lifespan():
             await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
+            while (await receive())["type"] != "lifespan.shutdown":
+                pass
             await hub.stop()
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+    except Exception as exc:
+        await send({"type": "lifespan.startup.failed", "message": str(exc)})
+        return
+    await send({"type": "lifespan.shutdown.complete"})
 
 
 async def application(scope, receive, send):
     if scope["type"] == "lifespan":
         await _lifespan(receive, send)
+        return
+    if mcp_http.handles(scope):
+        await mcp_http.app(scope, receive, send)
         return
     if scope["type"] == "http":
         path, method = scope["path"], scope["method"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from hikyaku import metrics, rows
 from hikyaku.errors import (
     DestinationNotFound,
     InvalidRequest,
+    ServiceUnavailable,
     TaskNotCancelable,
     TaskNotFound,
     UnsupportedOperation,
@@ -221,7 +223,7 @@ def _thread(sender: Sender, message: dict[str, Any]) -> tuple[Task | None, uuid.
 
 
 def _task_metadata(
-    sender: Sender, recipient: Agent | None, kind: str, **extra: Any
+    sender: Sender, recipient_id: uuid.UUID | None, kind: str, **extra: Any
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {"type": kind}
     if sender.agent is not None:
@@ -229,8 +231,8 @@ def _task_metadata(
         metadata["fromAgentName"] = sender.agent.name
     else:
         metadata["fromCallerId"] = sender.caller_id
-    if recipient is not None:
-        metadata["toAgentId"] = str(recipient.id)
+    if recipient_id is not None:
+        metadata["toAgentId"] = str(recipient_id)
     metadata.update({k: v for k, v in extra.items() if v is not None})
     return metadata
 
@@ -239,48 +241,58 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
     message_id = message.get("messageId")
     digest = content_hash(message, to)
     sensitivity = _sensitivity(message)
+    recipient_id = _agent_pk(to)
     try:
-        with transaction.atomic():
-            recipient = _lock_destination(sender, to, sensitivity)
-            parent, root, depth = _thread(sender, message)
-            now = timezone.now()
-            parts = message["parts"]
-            task = Task(
-                tenant=sender.tenant,
-                sender=sender.agent,
-                caller_id=sender.caller_id,
-                recipient=recipient,
-                context_id=str(recipient.id),
-                type=Task.Type.UNICAST,
-                message=message,
-                history=[message],
-                artifacts=[_artifact("message", parts)],
-                metadata=_task_metadata(
-                    sender,
-                    recipient,
-                    Task.Type.UNICAST,
-                    parentTaskId=str(parent.id) if parent else None,
-                    threadId=str(root) if root else None,
-                    sensitivity=sensitivity if sensitivity != Sensitivity.INTERNAL else None,
-                ),
-                sensitivity=sensitivity,
-                parent=parent,
-                thread_root_id=root,
-                depth=depth,
-                search_text=_search_text(parts),
-                message_id=message_id,
-                content_hash=digest,
-                created_at=now,
-                updated_at=now,
-                status_at=now,
-            )
-            rows.insert(task)
-            event = _write_event(
-                task, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {"messageId": message_id}
-            )
-            events.ring_after_commit(
-                agent_ids=[recipient.id], event_id=event.id, tenant_id=task.tenant_id
-            )
+        if recipient_id is None or not policy.sender_may_send(
+            sender.agent, recipient_id, sensitivity
+        ):
+            raise _destination_not_found(to)
+        parent, root, depth = _thread(sender, message)
+        now = timezone.now()
+        parts = message["parts"]
+        task = Task(
+            tenant=sender.tenant,
+            sender=sender.agent,
+            caller_id=sender.caller_id,
+            recipient_id=recipient_id,
+            context_id=str(recipient_id),
+            type=Task.Type.UNICAST,
+            message=message,
+            history=[message],
+            artifacts=[_artifact("message", parts)],
+            metadata=_task_metadata(
+                sender,
+                recipient_id,
+                Task.Type.UNICAST,
+                parentTaskId=str(parent.id) if parent else None,
+                threadId=str(root) if root else None,
+                sensitivity=sensitivity if sensitivity != Sensitivity.INTERNAL else None,
+            ),
+            sensitivity=sensitivity,
+            parent=parent,
+            thread_root_id=root,
+            depth=depth,
+            search_text=_search_text(parts),
+            message_id=message_id,
+            content_hash=digest,
+            created_at=now,
+            updated_at=now,
+            status_at=now,
+        )
+        event = _event_row(
+            task, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {"messageId": message_id}
+        )
+        if connection.vendor == "postgresql":
+            _store_unicast_in_one_statement(task, event, sender, sensitivity, to)
+        else:
+            with transaction.atomic():
+                _lock_destination(sender, to, sensitivity)
+                rows.insert(task)
+                rows.insert(event)
+        metrics.events_written(1)
+        events.ring_after_commit(
+            agent_ids=[recipient_id], event_id=event.id, tenant_id=task.tenant_id
+        )
     except (IntegrityError, DestinationNotFound):
         # The messageId was used before (a retry): the unique constraint finds it, so the
         # common path pays no extra query for idempotency. A retry whose recipient has left
@@ -293,12 +305,58 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
     return task
 
 
+def _store_unicast_in_one_statement(
+    task: Task, event: TaskEvent, sender: Sender, sensitivity: str, to: str
+) -> None:
+    """Postgres: lock and check the recipient, insert the task and its event — one
+    autocommit statement, so one round trip and no BEGIN/COMMIT (the send's dominant cost).
+    The recipient's row lock is held until the statement commits, which keeps that agent's
+    events in commit order like the transaction on other databases."""
+    accepts, accepts_params = policy.recipient_accepts_sql("d", sender.agent, sensitivity)
+    task_sql, task_params = rows.insert_select(task, source="dest")
+    event_sql, event_params = rows.insert_select(event, source="ins")
+    sql = (
+        "WITH dest AS (SELECT d.id FROM agents_agent d"
+        f" WHERE d.id = %s AND d.tenant_id = %s AND d.status = 'active' AND {accepts}"
+        " FOR NO KEY UPDATE),"
+        f" ins AS ({task_sql} RETURNING id),"
+        f" ev AS ({event_sql} RETURNING id)"
+        " SELECT id FROM ev"
+    )
+    params = [
+        rows.prep(Agent, "id", task.recipient_id),
+        rows.prep(Agent, "tenant", task.tenant_id),
+        *accepts_params,
+        *task_params,
+        *event_params,
+    ]
+    # Inside a caller's transaction, a savepoint keeps it usable when a retried messageId
+    # hits the unique constraint; at the top of a request the statement stands alone.
+    guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
+    with guard, connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        raise _destination_not_found(to)
+    event.pk = row[0]
+
+
+def _agent_pk(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+def _destination_not_found(to: str) -> DestinationNotFound:
+    return DestinationNotFound(
+        f"Destination agent not found: {to}", details={"field": "message.metadata.destination"}
+    )
+
+
 def _lock_destination(sender: Sender, to: str, sensitivity: str) -> Agent:
     """The destination agent, row-locked; anything unreachable is the same not-found."""
-    try:
-        pk = uuid.UUID(to)
-    except ValueError:
-        pk = None
+    pk = _agent_pk(to)
     recipient = (
         rows.first(
             Agent,
@@ -311,9 +369,7 @@ def _lock_destination(sender: Sender, to: str, sensitivity: str) -> Agent:
         else None
     )
     if recipient is None or not policy.may_deliver(sender.agent, recipient, sensitivity):
-        raise DestinationNotFound(
-            f"Destination agent not found: {to}", details={"field": "message.metadata.destination"}
-        )
+        raise _destination_not_found(to)
     return recipient
 
 
@@ -355,7 +411,7 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
                     history=[message],
                     artifacts=[_artifact("message", parts)],
                     metadata=_task_metadata(
-                        sender, recipient, Task.Type.BROADCAST, broadcastId=str(broadcast_id)
+                        sender, recipient.id, Task.Type.BROADCAST, broadcastId=str(broadcast_id)
                     ),
                     sensitivity=sensitivity,
                     search_text=search_text,
@@ -407,11 +463,11 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
                 updated_at=now,
                 status_at=now,
             )
-            rows = [
+            event_rows = [
                 _event_row(t, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {})
                 for t in deliveries
             ]
-            rows.append(
+            event_rows.append(
                 _event_row(
                     summary,
                     sender,
@@ -421,7 +477,7 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
                     {"messageId": message_id},
                 )
             )
-            written = TaskEvent.objects.bulk_create(rows)
+            written = TaskEvent.objects.bulk_create(event_rows)
             metrics.events_written(len(written))
             if deliveries:
                 events.ring_after_commit(
@@ -453,12 +509,12 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
             f"Unknown action {action!r}; expected one of: {', '.join(ACTIONS)}.",
             details={"field": "message.metadata.action"},
         )
-    with transaction.atomic():
-        task, roles = _lock_party_task(sender, task_id)
+
+    def decide(task: Task, roles: set[str]) -> TaskEvent | None:
         refusal = _refusal(task, transition, action, roles)
         if refusal is not None:
             if _already_applied(task, sender, message):
-                return task
+                return None
             raise refusal
         from_state = task.state
         now = timezone.now()
@@ -473,10 +529,9 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
         task.history = [*task.history, follow_up]
         if transition.parts_become == "artifact" and parts:
             task.artifacts = [*task.artifacts, _artifact("result", parts)]
-        status_message = follow_up if transition.parts_become == "status" else None
         task.metadata = {**task.metadata}
-        if status_message is not None:
-            task.metadata["statusMessage"] = status_message
+        if transition.parts_become == "status":
+            task.metadata["statusMessage"] = follow_up
         else:
             task.metadata.pop("statusMessage", None)
         if transition.target is not None:
@@ -484,11 +539,7 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
             task.awaiting = transition.awaiting_target
             task.status_at = now
         task.updated_at = now
-        rows.update(
-            task,
-            ["state", "awaiting", "history", "artifacts", "metadata", "status_at", "updated_at"],
-        )
-        event = _write_event(
+        return _event_row(
             task,
             sender,
             action,
@@ -496,17 +547,16 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
             task.state,
             {"messageId": message.get("messageId"), "parts": parts},
         )
-        events.ring_after_commit(
-            agent_ids=_party_ids(task), event_id=event.id, tenant_id=task.tenant_id
-        )
+
+    task = _transition(sender, task_id, decide)
     metrics.transition(action)
     return task
 
 
 def cancel_task(*, sender: Sender, task_id: str) -> Task:
     """CancelTask: the sender withdraws a task the recipient has not read yet."""
-    with transaction.atomic():
-        task, roles = _lock_party_task(sender, task_id)
+
+    def decide(task: Task, roles: set[str]) -> TaskEvent:
         if task.state in TERMINAL_STATES:
             raise TaskNotCancelable(f"Task {task.id} is {task.state} and cannot be canceled.")
         if (
@@ -517,18 +567,135 @@ def cancel_task(*, sender: Sender, task_id: str) -> Task:
             raise TaskNotCancelable(
                 "Only the sender can cancel a task, and only while it is unread."
             )
-        now = timezone.now()
         task.state, task.awaiting = TaskState.CANCELED, Task.Awaiting.NOBODY
-        task.status_at = task.updated_at = now
-        rows.update(task, ["state", "awaiting", "status_at", "updated_at"])
-        event = _write_event(
+        task.status_at = task.updated_at = timezone.now()
+        return _event_row(
             task, sender, Kind.CANCEL, TaskState.INPUT_REQUIRED, TaskState.CANCELED, {}
         )
-        events.ring_after_commit(
-            agent_ids=_party_ids(task), event_id=event.id, tenant_id=task.tenant_id
-        )
+
+    task = _transition(sender, task_id, decide)
     metrics.transition(Kind.CANCEL)
     return task
+
+
+_CHANGED = ["state", "awaiting", "history", "artifacts", "metadata", "status_at", "updated_at"]
+
+
+def _transition(sender: Sender, task_id: Any, decide) -> Task:
+    """Apply `decide(task, roles)` — which mutates the task in memory and returns its event
+    row, returns None for a retry of an action already applied, or raises a refusal — as one
+    compare-and-set with its event.
+
+    Postgres: read without locks, decide, then one statement that locks the parties' agent
+    rows, updates the task only if its state, awaiting and updated_at are still those read,
+    and inserts the event; a lost race reads again and decides again (so the loser gets the
+    refusal that now applies). Other databases: the same decision inside a transaction
+    holding the row locks."""
+    if connection.vendor != "postgresql":
+        with transaction.atomic():
+            task, roles = _lock_party_task(sender, task_id)
+            event = decide(task, roles)
+            if event is None:
+                return task
+            rows.update(task, _CHANGED)
+            rows.insert(event)
+            events.ring_after_commit(
+                agent_ids=_party_ids(task), event_id=event.id, tenant_id=task.tenant_id
+            )
+        metrics.events_written(1)
+        return task
+    for _attempt in range(5):
+        task, roles = _read_party_task(sender, task_id)
+        expected = (task.state, task.awaiting, task.updated_at)
+        event = decide(task, roles)
+        if event is None:
+            return task
+        if _compare_and_set(task, expected, event):
+            metrics.events_written(1)
+            events.ring_after_commit(
+                agent_ids=_party_ids(task), event_id=event.id, tenant_id=task.tenant_id
+            )
+            return task
+    raise ServiceUnavailable("The task is changing too fast; retry shortly.")
+
+
+def _read_party_task(sender: Sender, task_id: Any) -> tuple[Task, set[str]]:
+    """The task and its parties' policy fields in one unlocked read (Postgres path)."""
+    pk = _task_pk(task_id)
+    row = None
+    if pk:
+        policy_columns = ", ".join(
+            f"{alias}.{col}" for alias in ("s", "r") for col in _POLICY_COLUMNS
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {rows.select_list(Task, TASK_FIELDS)}, {policy_columns}"
+                " FROM messaging_task LEFT JOIN agents_agent s ON s.id = messaging_task.sender_id"
+                " JOIN agents_agent r ON r.id = messaging_task.recipient_id"
+                " WHERE messaging_task.id = %s AND messaging_task.tenant_id = %s"
+                " AND messaging_task.type <> %s",
+                [pk, sender.tenant.pk, Task.Type.BROADCAST_SUMMARY],
+            )
+            row = cursor.fetchone()
+    if row is None:
+        raise TaskNotFound(f"Task not found: {task_id}")
+    n = len(TASK_FIELDS)
+    task = rows.build(Task, TASK_FIELDS, row[:n])
+    roles = party_roles(sender, task)
+    if not roles:
+        raise TaskNotFound(f"Task not found: {task_id}")
+    width = len(_POLICY_COLUMNS)
+    if task.sender_id is not None:
+        task.sender = rows.build(
+            Agent, ("id", *_POLICY_FIELDS), (task.sender_id, *row[n : n + width])
+        )
+    task.recipient = rows.build(
+        Agent, ("id", *_POLICY_FIELDS), (task.recipient_id, *row[n + width :])
+    )
+    if not policy.may_read(sender.agent, task):
+        raise TaskNotFound(f"Task not found: {task_id}")
+    return task, roles
+
+
+_POLICY_FIELDS = ("name", "status", "send_to", "receive_from", "disclosure_ceiling")
+_POLICY_COLUMNS = _POLICY_FIELDS
+
+
+def _compare_and_set(task: Task, expected: tuple, event: TaskEvent) -> bool:
+    """Postgres: lock the parties (id order), update the task if unchanged since it was
+    read, insert the event — one autocommit statement. False when another change won."""
+    ids = sorted(_party_ids(task))
+    model_fields = [Task._meta.get_field(name) for name in _CHANGED]
+    assignments = ", ".join(f"{f.column} = %s" for f in model_fields)
+    event_sql, event_params = rows.insert_select(event, source="upd")
+    state, awaiting, updated_at = expected
+    sql = (
+        "WITH lk AS (SELECT id FROM agents_agent WHERE id IN ("
+        + ", ".join(["%s"] * len(ids))
+        + ") ORDER BY id FOR NO KEY UPDATE),"
+        f" upd AS (UPDATE messaging_task SET {assignments}"
+        " WHERE id = %s AND state = %s AND awaiting = %s AND updated_at = %s"
+        " AND (SELECT count(*) FROM lk) > 0 RETURNING id),"
+        f" ev AS ({event_sql} RETURNING id)"
+        " SELECT id FROM ev"
+    )
+    params = [
+        *ids,
+        *[f.get_db_prep_save(getattr(task, f.attname), connection) for f in model_fields],
+        task.pk,
+        state,
+        awaiting,
+        updated_at,
+        *event_params,
+    ]
+    guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
+    with guard, connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    event.pk = row[0]
+    return True
 
 
 def _refusal(task: Task, transition: Transition, action: str, roles: set[str]) -> Exception | None:
@@ -666,11 +833,3 @@ def _event_row(
         payload={k: v for k, v in payload.items() if v not in (None, [], {})},
         created_at=task.updated_at,
     )
-
-
-def _write_event(
-    task: Task, sender: Sender, kind: str, from_state: str, to_state: str, payload: dict
-) -> TaskEvent:
-    event = rows.insert(_event_row(task, sender, kind, from_state, to_state, payload))
-    metrics.events_written(1)
-    return event
