@@ -330,6 +330,10 @@ JSON = {"Accept": "application/json"}
         ("GET", "/api/v1/subscribe?since=42", {}, "stream"),
         ("GET", "/ui/stream", SSE, "stream"),
         ("GET", "/ui/stream/tenant-x", SSE, "stream"),
+        ("GET", "/ui/t/acme/events/", SSE, "stream"),
+        ("GET", "/ui/t/acme/agents/0b7e5c1e-8d1a-4c36-9a53-2f4a3c9d1e77/events/", {}, "stream"),
+        ("GET", "/ui/t/acme/agents/", {}, "web"),
+        ("GET", "/ui/t/acme/agents/0b7e5c1e-8d1a-4c36-9a53-2f4a3c9d1e77/inbox/", {}, "web"),
         ("POST", "/mcp", JSON, "stream"),
         ("GET", "/mcp", SSE, "stream"),
         ("DELETE", "/mcp", {}, "stream"),
@@ -394,6 +398,6 @@ def test_stream_events_pass_through_the_proxy_as_they_happen(proxy):
 
 def test_stream_routes_may_stay_open_for_an_hour():
     stream_blocks = re.findall(r"location [^{]*\{[^}]*proxy_pass http://stream;[^}]*\}", NGINX_CONF)
-    assert len(stream_blocks) == 5
+    assert len(stream_blocks) == 6
     for block in stream_blocks:
         assert "proxy_buffering off;" in block and "proxy_read_timeout 1h;" in block, block
