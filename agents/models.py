@@ -42,6 +42,9 @@ class Agent(models.Model):
     token_hash = models.CharField(max_length=64, unique=True, null=True, blank=True, editable=False)
     token_prefix = models.CharField(max_length=8, blank=True, editable=False)
     webhook_url = models.URLField(max_length=2000, blank=True)
+    # Signs this agent's webhook deliveries (X-Hikyaku-Signature). Kept in clear because the
+    # broker must compute the HMAC; shown to the agent itself and to the admin.
+    webhook_secret = models.CharField(max_length=64, blank=True, editable=False)
     public = models.BooleanField(
         default=False, help_text="Anonymous A2A callers may message this agent."
     )
@@ -70,6 +73,12 @@ class Agent(models.Model):
         ]
         indexes = [
             models.Index(fields=["tenant", "status", "name", "id"], name="agent_tenant_listing"),
+            # The few agents with a non-default allow-list (messaging.policy.readable_q).
+            models.Index(
+                fields=["tenant"],
+                condition=~Q(send_to=["*"], receive_from=["*"]),
+                name="agent_restricted_policy",
+            ),
         ]
 
     def __str__(self) -> str:

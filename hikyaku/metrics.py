@@ -16,3 +16,8 @@ def transition(kind: str) -> None:
 
 def events_written(count: int) -> None:
     pass
+
+
+def webhook_attempt(outcome: str) -> None:
+    """delivered, http_error, timeout, connection_error, refused, dropped, gave_up."""
+    pass

@@ -32,6 +32,7 @@ from tenants.models import Tenant
 
 from . import events, policy
 from .models import TERMINAL_STATES, Task, TaskEvent, TaskState
+from .push import delivery as push_delivery
 
 Kind = TaskEvent.Kind
 UNREAD = {"state": TaskState.INPUT_REQUIRED, "awaiting": Task.Awaiting.RECIPIENT}
@@ -190,8 +191,18 @@ def _existing(sender: Sender, message_id: str | None) -> Task | None:
         return None
     tasks = Task.objects.filter(tenant=sender.tenant, message_id=message_id)
     if sender.agent is not None:
-        return tasks.filter(sender=sender.agent).first()
-    return tasks.filter(sender__isnull=True, caller_id=sender.caller_id).first()
+        existing = tasks.select_related("recipient").filter(sender=sender.agent).first()
+    else:
+        existing = tasks.filter(sender__isnull=True, caller_id=sender.caller_id).first()
+    if existing is not None and existing.recipient_id is not None:
+        # A retry after the policy closed the relationship gets what a new send would get.
+        existing.sender = sender.agent
+        if not policy.may_read(sender.agent, existing):
+            raise DestinationNotFound(
+                f"Destination agent not found: {existing.recipient_id}",
+                details={"field": "message.metadata.destination"},
+            )
+    return existing
 
 
 def _replay(existing: Task, digest: str) -> Task:
@@ -414,6 +425,7 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
             )
             written = TaskEvent.objects.bulk_create(rows)
             metrics.events_written(len(written))
+            push_delivery.schedule(written)  # webhooks, enqueued after commit
             if deliveries:
                 events.ring_after_commit(
                     agent_ids=[r.id for r in recipients], event_id=max(e.id for e in written)
@@ -658,4 +670,5 @@ def _write_event(
     event = _event_row(task, sender, kind, from_state, to_state, payload)
     event.save(force_insert=True)
     metrics.events_written(1)
+    push_delivery.schedule([event])  # webhooks and push configs, enqueued after commit
     return event

@@ -1,5 +1,6 @@
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.utils import timezone
 
 from agents.services import revoke_api_key
 
@@ -31,13 +32,65 @@ class MembershipInline(admin.TabularInline):
     autocomplete_fields = ("user",)
 
 
+class ApiKeyInline(admin.TabularInline):
+    """The tenant's keys at a glance (several may be active at once, for rotation)."""
+
+    model = ApiKey
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    fields = ("display", "label", "status", "created_at", "expires_at", "last_used_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False  # keys are created on the key page, which shows the raw key once
+
+    @admin.display(description="Key")
+    def display(self, obj: ApiKey) -> str:
+        return f"hky_{obj.prefix}…"
+
+
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ("name", "slug", "require_agent_tokens", "created_at")
+    list_display = ("name", "slug", "require_agent_tokens", "active_keys", "created_at")
     search_fields = ("name", "slug")
     list_filter = ("require_agent_tokens",)
     prepopulated_fields = {"slug": ("name",)}
-    inlines = [MembershipInline]
+    fieldsets = (
+        (None, {"fields": ("name", "slug")}),
+        (
+            "Credentials",
+            {
+                "fields": ("require_agent_tokens",),
+                "description": "With agent tokens required, the API key + X-Agent-Id identity "
+                "is refused everywhere (open streams close): agents act only with their own "
+                "hka_ token, and the API key stays an operator credential.",
+            },
+        ),
+    )
+    inlines = [MembershipInline, ApiKeyInline]
+
+    @admin.display(description="Active keys")
+    def active_keys(self, obj: Tenant) -> int:
+        return obj.api_keys.filter(ApiKey.active_q()).count()
+
+
+class KeyStatusFilter(admin.SimpleListFilter):
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request, model_admin):
+        return (("active", "Active"), ("expired", "Expired"), ("revoked", "Revoked"))
+
+    def queryset(self, request, queryset):
+        now = timezone.now()
+        if self.value() == "active":
+            return queryset.filter(ApiKey.active_q(now))
+        if self.value() == "expired":
+            return queryset.filter(revoked_at__isnull=True, expires_at__lte=now)
+        if self.value() == "revoked":
+            return queryset.filter(revoked_at__isnull=False)
+        return queryset
 
 
 @admin.register(ApiKey)
@@ -51,7 +104,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         "last_used_at",
         "expires_at",
     )
-    list_filter = ("tenant", "revoked_at")
+    list_filter = (KeyStatusFilter, "tenant")
     search_fields = ("prefix", "label", "tenant__slug")
     readonly_fields = (
         "prefix",

@@ -11,6 +11,7 @@ from hikyaku.errors import InvalidRequest, UnsupportedOperation
 
 from .. import selectors, services
 from ..services import Sender
+from .push import PUSH_METHODS
 from .wire import Dialect, parse_message, parse_states, render_task
 
 
@@ -138,16 +139,6 @@ def streaming_not_here(call: Call) -> dict[str, Any]:
     raise UnsupportedOperation("Streaming is not available on this endpoint yet.")
 
 
-class PushNotSupported(UnsupportedOperation):
-    """Push notifications are not supported."""
-
-    rpc_code, rpc_reason = -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED"
-
-
-def push_not_supported(call: Call) -> dict[str, Any]:
-    raise PushNotSupported()
-
-
 METHODS: dict[str, Callable[[Call], dict[str, Any]]] = {
     "SendMessage": send_message,
     "message/send": send_message,
@@ -161,12 +152,5 @@ METHODS: dict[str, Callable[[Call], dict[str, Any]]] = {
     "message/stream": streaming_not_here,
     "SubscribeToTask": streaming_not_here,
     "tasks/resubscribe": streaming_not_here,
-    "CreateTaskPushNotificationConfig": push_not_supported,
-    "GetTaskPushNotificationConfig": push_not_supported,
-    "ListTaskPushNotificationConfigs": push_not_supported,
-    "DeleteTaskPushNotificationConfig": push_not_supported,
-    "tasks/pushNotificationConfig/set": push_not_supported,
-    "tasks/pushNotificationConfig/get": push_not_supported,
-    "tasks/pushNotificationConfig/list": push_not_supported,
-    "tasks/pushNotificationConfig/delete": push_not_supported,
+    **PUSH_METHODS,  # messaging/a2a/push.py
 }
