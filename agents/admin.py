@@ -13,6 +13,8 @@ POLICY_FIELDS = ("send_to", "receive_from", "disclosure_ceiling")
 class AgentAdminForm(forms.ModelForm):
     """Policy fields are validated and normalised by the same service the REST API uses."""
 
+    webhook_url = forms.URLField(max_length=2000, required=False, assume_scheme="https")
+
     class Meta:
         model = Agent
         fields = (

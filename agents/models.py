@@ -44,7 +44,7 @@ class Agent(models.Model):
     webhook_url = models.URLField(max_length=2000, blank=True)
     # Signs this agent's webhook deliveries (X-Hikyaku-Signature). Kept in clear because the
     # broker must compute the HMAC; shown to the agent itself and to the admin.
-    webhook_secret = models.CharField(max_length=64, blank=True, editable=False)
+    webhook_secret = models.CharField(max_length=100, blank=True, editable=False)
     public = models.BooleanField(
         default=False, help_text="Anonymous A2A callers may message this agent."
     )

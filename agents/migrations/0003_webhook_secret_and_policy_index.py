@@ -14,7 +14,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='agent',
             name='webhook_secret',
-            field=models.CharField(blank=True, editable=False, max_length=64),
+            field=models.CharField(blank=True, editable=False, max_length=100),
         ),
         migrations.AddIndex(
             model_name='agent',
