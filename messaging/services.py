@@ -246,9 +246,6 @@ def _task_metadata(
 def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task:
     message_id = message.get("messageId")
     digest = content_hash(message, to)
-    existing = _existing(sender, message_id)
-    if existing is not None:
-        return _replay(existing, digest)
     sensitivity = _sensitivity(message)
     try:
         with transaction.atomic():
@@ -289,8 +286,10 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
                 task, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {"messageId": message_id}
             )
             events.ring_after_commit(agent_ids=[recipient.id], event_id=event.id)
-    except IntegrityError:
-        # A concurrent retry with the same messageId won the insert.
+    except (IntegrityError, DestinationNotFound):
+        # The messageId was used before (a retry): the unique constraint finds it, so the
+        # common path pays no extra query for idempotency. A retry whose recipient has left
+        # since still gets the original delivery back.
         existing = _existing(sender, message_id)
         if existing is None:
             raise
@@ -325,7 +324,7 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
     message_id = message.get("messageId")
     digest = content_hash(message, "*")
     existing = _existing(sender, message_id)
-    if existing is not None:
+    if existing is not None:  # checked first: a replayed broadcast must not lock the tenant
         return _replay(existing, digest)
     sensitivity = _sensitivity(message)
     broadcast_id = uuid.uuid4()
