@@ -95,8 +95,13 @@ class AgentOut(serializers.Serializer):
 
 
 class AgentDetailOut(AgentOut):
-    webhook_url = serializers.CharField()
+    webhook_url = serializers.SerializerMethodField()
     agent_card = serializers.SerializerMethodField()
+
+    def get_webhook_url(self, agent: Agent) -> str:
+        # A webhook URL often carries a secret of its own: only its agent sees it.
+        viewer = self.context.get("viewer")
+        return agent.webhook_url if viewer is not None and viewer.pk == agent.pk else ""
 
     def get_agent_card(self, agent: Agent) -> dict:
         return agent_card(agent, self.context.get("request"))
@@ -190,7 +195,8 @@ class AgentDetailView(APIView):
     def get(self, request: Request, agent_id: str) -> Response:
         identity = agent_identity(request)
         agent = selectors.active_agent(tenant=identity.tenant, agent_id=agent_id)
-        return Response(AgentDetailOut(agent, context={"request": request}).data)
+        context = {"request": request, "viewer": identity.agent}
+        return Response(AgentDetailOut(agent, context=context).data)
 
     @extend_schema(
         operation_id="update_agent",
@@ -204,7 +210,8 @@ class AgentDetailView(APIView):
         data = AgentPatchIn(data=request.data)
         data.is_valid(raise_exception=True)
         services.update_agent(agent=agent, **data.validated_data)
-        return Response(AgentDetailOut(agent, context={"request": request}).data)
+        context = {"request": request, "viewer": agent}
+        return Response(AgentDetailOut(agent, context=context).data)
 
     @extend_schema(
         operation_id="deregister_agent", parameters=AGENT_AUTH_PARAMS, responses={204: None}

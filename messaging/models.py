@@ -70,6 +70,9 @@ class Task(models.Model):
         max_length=16, choices=Sensitivity.choices, default=Sensitivity.INTERNAL
     )
     search_text = models.TextField(blank=True)
+    # Set once a push config is attached, so transitions of the (many) tasks without one
+    # skip looking for configs (messaging/push/delivery.py).
+    push_configured = models.BooleanField(default=False)
     # NULL, not "", for tasks without a messageId so the unique constraint ignores them.
     message_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     content_hash = models.CharField(max_length=64, blank=True)

@@ -6,7 +6,6 @@ same "task not found". Each party sees and manages only the configs it created."
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
@@ -65,6 +64,9 @@ def set_push_config(*, sender: Sender, config: ConfigInput, dialect: str = "1.0"
     }
     try:
         with transaction.atomic():
+            # The task row first (the lifecycle's lock order): a transition that commits
+            # after this sees the flag and the config.
+            Task.objects.filter(pk=task.pk).update(push_configured=True)
             existing = PushConfig.objects.select_for_update().filter(task=task, config_id=config_id)
             current = existing.first()
             if current is not None:
@@ -137,7 +139,3 @@ def delete_push_config(*, sender: Sender, task_id: str, config_id: str) -> None:
     """Idempotent, as in a2a-sdk: deleting an id that does not exist is not an error."""
     task = party_task(sender=sender, task_id=task_id)
     _mine(sender, task).filter(config_id=config_id or str(task.id)).delete()
-
-
-def new_config_id() -> str:
-    return str(uuid.uuid4())

@@ -50,16 +50,15 @@ USER_AGENT = "Hikyaku-Webhooks/1.0"
 def schedule(events: Iterable[TaskEvent]) -> None:
     """Record the deliveries these new events owe and enqueue them after commit. Call inside
     the transaction that wrote the events, with `event.task` holding its Task and the task's
-    `sender`/`recipient` loaded. Costs nothing when no party has a webhook and the events
-    create their tasks (a new task has no push configs yet); otherwise one query per event
-    for the task's push configs, and one INSERT."""
+    `sender`/`recipient` loaded. Costs no query unless a party has a webhook or the task has
+    push configs (`Task.push_configured`); then one query for the configs and one INSERT."""
     rows: list[WebhookDelivery] = []
     now = timezone.now()
     for event in events:
         task: Task = event.task
         for agent in _subscribed_agents(task, event):
             rows.append(_row(event, task, now, target=WebhookDelivery.Target.AGENT, agent=agent))
-        if event.kind != TaskEvent.Kind.CREATED:
+        if event.kind != TaskEvent.Kind.CREATED and task.push_configured:
             for config in PushConfig.objects.filter(task_id=task.id):
                 rows.append(
                     _row(event, task, now, target=WebhookDelivery.Target.PUSH_CONFIG, config=config)

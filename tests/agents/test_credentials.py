@@ -225,3 +225,11 @@ def test_an_agent_reads_and_rotates_its_webhook_secret(agent, peer, stranger):
     assert rotated != first and agent.refresh().webhook_secret == rotated
     assert me.get(f"/api/v1/agents/{peer.id}/webhook-secret").status_code == 403
     assert me.get(f"/api/v1/agents/{stranger.id}/webhook-secret").status_code == 404
+
+
+def test_only_the_agent_itself_sees_its_webhook_url(tenant, agent):
+    hooked = factories.agent(tenant, name="hooked", webhook_url="https://h.example.com/?k=s3")
+    mine = factories.AgentClient(hooked).get(f"/api/v1/agents/{hooked.id}").json()
+    assert mine["webhook_url"] == "https://h.example.com/?k=s3"
+    theirs = factories.AgentClient(agent).get(f"/api/v1/agents/{hooked.id}").json()
+    assert theirs["webhook_url"] == ""

@@ -429,3 +429,37 @@ def test_a_failed_enqueue_never_fails_the_send(settings, tenant, agent, monkeypa
     delivery.enqueue([1, 2, 3])  # logs, never raises
     send(agent, bob.id)
     assert only_delivery().outcome == Outcome.PENDING
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_the_delivery_log_read_only(client, tenant, agent, receiver):
+    receiver.statuses = [502]
+    bob = with_webhook(tenant, "bob", receiver.url)
+    send(agent, bob.id)
+    row = only_delivery()
+    delivery.attempt(delivery_id=row.pk)
+    user = factories.user("root@example.com")
+    user.is_staff = user.is_superuser = True
+    user.save()
+    client.force_login(user)
+    page = client.get("/admin/messaging/webhookdelivery/").content.decode()
+    assert receiver.url in page and "HTTP 502" in page and "Pending" in page
+    detail = client.get(f"/admin/messaging/webhookdelivery/{row.pk}/change/")
+    assert detail.status_code == 200 and b'name="_save"' not in detail.content
+    assert client.post(f"/admin/messaging/webhookdelivery/{row.pk}/delete/").status_code == 403
+    assert client.get("/admin/messaging/pushconfig/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_sends_and_transitions_without_webhooks_cost_no_queries(agent, peer):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        task = send(agent, peer.id)
+        act(peer, task["id"], "accept")
+        act(peer, task["id"], "complete")
+        result(agent, "SendMessage", {"message": message("all", to="*")})
+    touched = [q["sql"] for q in ctx.captured_queries if "pushconfig" in q["sql"]]
+    touched += [q["sql"] for q in ctx.captured_queries if "webhookdelivery" in q["sql"]]
+    assert touched == []
