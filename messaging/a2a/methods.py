@@ -11,6 +11,7 @@ from hikyaku.errors import InvalidRequest, UnsupportedOperation
 
 from .. import selectors, services
 from ..services import Sender
+from . import push
 from .push import PUSH_METHODS
 from .wire import Dialect, parse_message, parse_states, render_task
 
@@ -51,7 +52,10 @@ def _wrap(call: Call, body: dict[str, Any]) -> dict[str, Any]:
 
 def send_message(call: Call) -> dict[str, Any]:
     message = parse_message(call.params.get("message"), call.dialect)
+    push_config = push.config_in_send(call)  # validated before anything is sent
     task = services.send_message(sender=call.sender, message=message)
+    if push_config is not None:
+        push.attach_to_sent_task(call, task, push_config)
     history_length = _int_param(
         call.params.get("configuration") or {}, "historyLength", low=0, high=10_000, default=None
     )

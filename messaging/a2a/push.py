@@ -13,6 +13,8 @@ the request's dialect. Parsing and rendering go through a2a-sdk's types and conv
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from typing import TYPE_CHECKING, Any
 
 from a2a.compat.v0_3 import conversions
@@ -21,14 +23,18 @@ from a2a.types import AuthenticationInfo, TaskPushNotificationConfig
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from pydantic import ValidationError
 
-from hikyaku.errors import InvalidRequest
+from agents.destinations import check_url
+from hikyaku.errors import HikyakuError, InvalidRequest
 
+from ..models import Task
 from ..push import configs
 from ..push.configs import ConfigInput
 from .wire import Dialect
 
 if TYPE_CHECKING:
     from .methods import Call
+
+log = logging.getLogger(__name__)
 
 
 def _invalid(exc: Exception, field: str = "params") -> InvalidRequest:
@@ -127,6 +133,59 @@ def delete_config(call: Call) -> None:
     task_id, config_id = _ids(call.params)
     configs.delete_push_config(sender=call.sender, task_id=task_id, config_id=config_id)
     return None
+
+
+def config_in_send(call: Call) -> ConfigInput | None:
+    """A push config sent along with SendMessage (1.0 `configuration.taskPushNotificationConfig`,
+    0.3 `configuration.pushNotificationConfig`; a2a-sdk clients configured with a push config
+    send it on every message), validated before anything is sent."""
+    configuration = call.params.get("configuration")
+    if not isinstance(configuration, dict):
+        return None
+    field = next(
+        (f for f in ("taskPushNotificationConfig", "pushNotificationConfig") if f in configuration),
+        None,
+    )
+    if field is None or configuration[field] is None:
+        return None
+    raw = configuration[field]
+    try:
+        if field == "pushNotificationConfig":
+            compat = types_v03.PushNotificationConfig.model_validate(raw)
+            proto = conversions.to_core_push_notification_config(compat)
+        else:
+            proto = ParseDict(raw, TaskPushNotificationConfig())
+    except (ParseError, ValidationError, TypeError, ValueError) as exc:
+        raise _invalid(exc, f"configuration.{field}") from None
+    if not proto.url:
+        raise InvalidRequest(
+            f"configuration.{field}.url is required.", details={"field": f"configuration.{field}"}
+        )
+    check_url(proto.url, field=f"configuration.{field}.url")
+    return ConfigInput(
+        task_id="",
+        url=proto.url,
+        config_id=proto.id,
+        token=proto.token,
+        auth_scheme=proto.authentication.scheme,
+        auth_credentials=proto.authentication.credentials,
+    )
+
+
+def attach_to_sent_task(call: Call, task: Task, config: ConfigInput) -> None:
+    """Attach the SendMessage push config to the task the send produced or acted on (not to a
+    broadcast summary: its deliveries belong to their recipients). The send has committed, so
+    a config that cannot be stored is logged, never turned into an error."""
+    if task.type == Task.Type.BROADCAST_SUMMARY:
+        return
+    try:
+        configs.set_push_config(
+            sender=call.sender,
+            config=dataclasses.replace(config, task_id=str(task.id)),
+            dialect=call.dialect.value,
+        )
+    except HikyakuError as exc:
+        log.warning("push config of SendMessage on task %s not stored: %s", task.id, exc)
 
 
 PUSH_METHODS = {

@@ -19,7 +19,7 @@ from google.protobuf.json_format import ParseDict
 from agents.services import set_agent_policy
 from messaging.models import PushConfig
 from tests import factories
-from tests.messaging.rpc import error, result, send
+from tests.messaging.rpc import error, message, result, send
 
 HOOK = "https://hooks.example.com/a2a"
 
@@ -253,3 +253,123 @@ def test_a2a_sdk_client_manages_push_configs(broker, tenant):
         await a.close()
 
     asyncio.run(scenario())
+
+
+# A push config sent along with SendMessage -------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_send_message_may_carry_a_push_config(agent, peer):
+    response = result(
+        agent,
+        "SendMessage",
+        {
+            "message": message("watch this", to=peer.id),
+            "configuration": {"taskPushNotificationConfig": {"url": HOOK, "token": "t"}},
+        },
+    )
+    task_id = response["task"]["id"]
+    got = result(agent, "GetTaskPushNotificationConfig", {"taskId": task_id, "id": task_id})
+    assert got == {"id": task_id, "taskId": task_id, "url": HOOK, "token": "t"}
+
+
+@pytest.mark.django_db
+def test_send_message_in_03_may_carry_a_push_config(agent, peer):
+    response = result(
+        agent,
+        "message/send",
+        {
+            "message": {
+                "messageId": str(uuid.uuid4()),
+                "role": "user",
+                "parts": [{"kind": "text", "text": "hi"}],
+                "metadata": {"destination": peer.id},
+            },
+            "configuration": {"pushNotificationConfig": {"url": HOOK, "id": "p"}},
+        },
+        version=None,
+    )
+    task_id = response["task"]["id"]
+    assert PushConfig.objects.get(task_id=task_id).config_id == "p"
+
+
+@pytest.mark.django_db
+def test_an_invalid_push_config_in_send_message_sends_nothing(settings, agent, peer):
+    from messaging.models import Task
+
+    settings.HIKYAKU_WEBHOOK_ALLOWED_HOSTS = []
+    for config, words in (
+        ({"url": "http://127.0.0.1:9/x"}, "private"),
+        ({"token": "no url"}, "url is required"),
+        ({"url": HOOK, "nonsense": True}, "nonsense"),
+    ):
+        err = error(
+            agent,
+            "SendMessage",
+            {
+                "message": message(to=peer.id),
+                "configuration": {"taskPushNotificationConfig": config},
+            },
+        )
+        assert err["code"] == -32602 and words in err["message"], err
+    assert Task.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_a_broadcast_with_a_push_config_attaches_nothing(agent, peer):
+    result(
+        agent,
+        "SendMessage",
+        {
+            "message": message("all", to="*"),
+            "configuration": {"taskPushNotificationConfig": {"url": HOOK}},
+        },
+    )
+    assert PushConfig.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a2a_sdk_client_configured_for_push_gets_notified(settings, tenant, receiver):
+    """End to end in the embedded default: an a2a-sdk client configured with a push config
+    sends; the recipient works the task; the client's receiver gets signed updates."""
+    settings.CELERY_TASK_ALWAYS_EAGER = True  # bob acts from this process
+    import httpx
+    from a2a.client import ClientConfig, create_client
+
+    from agents.services import webhook_secret
+    from messaging.push import payloads
+    from tests.live import BrokerProcess
+    from tests.messaging.receiver import free_port
+    from tests.messaging.rpc import act
+    from tests.messaging.test_a2a_sdk_client import outgoing
+    from tests.messaging.test_a2a_sdk_client import send as sdk_send
+
+    alice, bob = factories.agent(tenant, name="alice"), factories.agent(tenant, name="bob")
+    server = BrokerProcess(env={"CELERY_BROKER_URL": ""}, port=free_port()).start()
+    try:
+
+        async def scenario():
+            http = httpx.AsyncClient(headers={"Authorization": f"Bearer {alice.token}"})
+            push = TaskPushNotificationConfig(url=receiver.url, token="client-token")
+            client = await create_client(
+                server.url,
+                client_config=ClientConfig(
+                    httpx_client=http, streaming=False, push_notification_config=push
+                ),
+            )
+            task = await sdk_send(client, outgoing("build it", to=bob.id))
+            await client.close()
+            return task
+
+        task = asyncio.run(scenario())
+        act(bob, task.id, "accept")
+        act(bob, task.id, "complete", "built")
+        requests = receiver.wait_for(2)
+    finally:
+        server.stop()
+    states = [r.json["statusUpdate"]["status"]["state"] for r in requests]
+    assert sorted(states) == ["TASK_STATE_COMPLETED", "TASK_STATE_WORKING"]
+    secret = webhook_secret(agent=alice.refresh())
+    for request in requests:
+        assert request.headers["X-A2A-Notification-Token"] == "client-token"
+        assert payloads.verify(secret, request.body, request.headers["X-Hikyaku-Signature"])
