@@ -63,7 +63,6 @@ class AgentAdmin(admin.ModelAdmin):
     form = AgentAdminForm
     list_display = (
         "name",
-        "id",
         "tenant",
         "status",
         "policy",
@@ -72,27 +71,43 @@ class AgentAdmin(admin.ModelAdmin):
         "public",
         "registered_at",
         "last_seen_at",
+        "key",
+        "id",
     )
-    list_filter = ("tenant", "status", "disclosure_ceiling", "public")
-    search_fields = ("name", "description", "=id")
+    list_filter = ("status", "public", "disclosure_ceiling", "registered_at", "tenant")
+    list_select_related = ("tenant", "registered_with")
+    search_fields = ("name", "description", "=id", "tenant__slug")
+    date_hierarchy = "registered_at"
     readonly_fields = (
         "id",
         "tenant",
         "status",
         "token",
         "webhook_secret_hint",
+        "registered_with",
         "registered_at",
         "deregistered_at",
         "last_seen_at",
     )
     fieldsets = (
-        (None, {"fields": ("id", "tenant", "name", "description", "skills", "status", "public")}),
+        (None, {"fields": ("id", "tenant", "name", "description", "skills", "status")}),
+        ("Delivery", {"fields": ("webhook_url", "webhook_secret_hint", "public")}),
         (
             "Policy (who may talk to whom)",
             {"fields": ("send_to", "receive_from", "disclosure_ceiling")},
         ),
-        ("Credentials", {"fields": ("token", "webhook_url", "webhook_secret_hint")}),
-        ("Dates", {"fields": ("registered_at", "deregistered_at", "last_seen_at")}),
+        (
+            "Identity",
+            {
+                "fields": (
+                    "token",
+                    "registered_with",
+                    "registered_at",
+                    "last_seen_at",
+                    "deregistered_at",
+                )
+            },
+        ),
     )
     actions = [
         "disable",
@@ -104,6 +119,17 @@ class AgentAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False  # agents register themselves with an API key
+
+    def get_actions(self, request):
+        # Deregister rather than delete (history stays readable until retention); deleting
+        # stays possible one agent at a time, and with its tenant.
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    @admin.display(description="Registered with")
+    def key(self, obj: Agent) -> str:
+        return f"hky_{obj.registered_with.prefix}…" if obj.registered_with else "—"
 
     @admin.display(description="Token")
     def token(self, obj: Agent) -> str:

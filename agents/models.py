@@ -4,7 +4,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from tenants.models import Tenant
+from tenants.models import ApiKey, Tenant
 
 
 class Sensitivity(models.TextChoices):
@@ -45,6 +45,16 @@ class Agent(models.Model):
     # Signs this agent's webhook deliveries (X-Hikyaku-Signature). Kept in clear because the
     # broker must compute the HMAC; shown to the agent itself and to the admin.
     webhook_secret = models.CharField(max_length=100, blank=True, editable=False)
+    # The key the agent registered with, for the per-key agent count in the web UI. Any active
+    # key of the tenant authenticates the agent; this records provenance only.
+    registered_with = models.ForeignKey(
+        ApiKey,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="registered_agents",
+        editable=False,
+    )
     public = models.BooleanField(
         default=False, help_text="Anonymous A2A callers may message this agent."
     )

@@ -31,6 +31,7 @@ def register_agent(
     description: str = "",
     skills: list[dict[str, Any]] | None = None,
     webhook_url: str = "",
+    registered_with: ApiKey | None = None,
 ) -> RegisteredAgent:
     raw = new_agent_token()
     if webhook_url:
@@ -52,6 +53,7 @@ def register_agent(
             skills=skills or [],
             webhook_url=webhook_url,
             webhook_secret=new_webhook_secret(),
+            registered_with=registered_with,
             token_hash=hash_secret(raw),
             token_prefix=display_prefix(raw),
         )

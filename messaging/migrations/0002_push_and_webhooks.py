@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents', '0003_webhook_secret_and_policy_index'),
+        ('agents', '0004_webhook_secret_and_policy_index'),
         ('messaging', '0001_initial'),
         ('tenants', '0001_initial'),
     ]
