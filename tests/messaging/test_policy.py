@@ -4,6 +4,7 @@ ceilings, and disabled agents. Refusals must look exactly like "not found"."""
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
 
 import pytest
@@ -135,9 +136,15 @@ def test_removing_a_relationship_closes_its_history_and_restoring_reopens_it(tri
     task = send(alice, bob.id, "secret plans")
     act(bob, task["id"], "accept")
     set_agent_policy(agent=bob.refresh(), receive_from=[carol.id])
+    unknown_id = str(uuid.uuid4())
     for party in (alice, bob):
         assert get_task_error(party, task["id"])["code"] == -32001
-        assert events_status(party, task["id"]) == 404
+        timeline = factories.AgentClient(party).get(f"/api/v1/tasks/{task['id']}/events")
+        unknown = factories.AgentClient(party).get(f"/api/v1/tasks/{unknown_id}/events")
+        assert timeline.status_code == unknown.status_code == 404
+        assert timeline.json() == json.loads(
+            json.dumps(unknown.json()).replace(unknown_id, task["id"])
+        )
     assert inbox(bob)["tasks"] == [] and inbox(bob)["totalSize"] == 0
     assert error(bob, "SendMessage", {"message": message(task_id=task["id"], action="complete")})[
         "code"
