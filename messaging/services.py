@@ -308,9 +308,10 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
             _store_unicast_in_one_statement(task, event, sender, sensitivity, to)
         else:
             with transaction.atomic():
-                _lock_destination(sender, to, sensitivity)
+                task.recipient = _lock_destination(sender, to, sensitivity)
                 rows.insert(task)
                 rows.insert(event)
+                push_delivery.schedule([event])  # webhooks, enqueued after commit
         metrics.events_written(1)
         events.ring_after_commit(agent_ids=[recipient_id], event_id=event.id)
     except (IntegrityError, DestinationNotFound):
@@ -335,13 +336,16 @@ def _store_unicast_in_one_statement(
     accepts, accepts_params = policy.recipient_accepts_sql("d", sender.agent, sensitivity)
     task_sql, task_params = rows.insert_select(task, source="dest")
     event_sql, event_params = rows.insert_select(event, source="ins")
+    # The recipient's webhook delivery, when it has a webhook (messaging/push/delivery.py).
+    webhook_sql, webhook_params = push_delivery.new_task_delivery_sql(task, dest="dest", event="ev")
     sql = (
-        "WITH dest AS (SELECT d.id FROM agents_agent d"
+        "WITH dest AS (SELECT d.id, d.webhook_url FROM agents_agent d"
         f" WHERE d.id = %s AND d.tenant_id = %s AND d.status = 'active' AND {accepts}"
         " FOR NO KEY UPDATE),"
         f" ins AS ({task_sql} RETURNING id),"
-        f" ev AS ({event_sql} RETURNING id)"
-        " SELECT id FROM ev"
+        f" ev AS ({event_sql} RETURNING id),"
+        f" dl AS ({webhook_sql} RETURNING id)"
+        " SELECT ev.id, (SELECT id FROM dl) FROM ev"
     )
     params = [
         rows.prep(Agent, "id", task.recipient_id),
@@ -349,6 +353,7 @@ def _store_unicast_in_one_statement(
         *accepts_params,
         *task_params,
         *event_params,
+        *webhook_params,
     ]
     # Inside a caller's transaction, a savepoint keeps it usable when a retried messageId
     # hits the unique constraint; at the top of a request the statement stands alone.
@@ -359,6 +364,8 @@ def _store_unicast_in_one_statement(
     if row is None:
         raise _destination_not_found(to)
     event.pk = row[0]
+    if row[1] is not None:
+        push_delivery.enqueue_after_commit([row[1]])
 
 
 def _agent_pk(value: str) -> uuid.UUID | None:

@@ -26,7 +26,7 @@ from datetime import timedelta
 from functools import partial
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -67,6 +67,47 @@ def schedule(events: Iterable[TaskEvent]) -> None:
         return
     created = WebhookDelivery.objects.bulk_create(rows)
     transaction.on_commit(partial(enqueue, [row.id for row in created]))
+
+
+def new_task_delivery_sql(task: Task, *, dest: str, event: str) -> tuple[str, list]:
+    """Postgres, for sends that store a unicast task in one statement: the body of a
+    data-modifying CTE inserting the recipient's webhook delivery for the new task's event,
+    only when the recipient has a webhook. `dest` must yield the recipient's `id` and
+    `webhook_url` (already checked active), `event` the new event's `id`. Callers enqueue
+    the returned delivery id with `enqueue_after_commit`."""
+    now = timezone.now()
+    meta = WebhookDelivery._meta
+    quote = connection.ops.quote_name
+
+    def prep(field: str, value) -> object:
+        return meta.get_field(field).get_db_prep_save(value, connection)
+
+    columns = ", ".join(
+        quote(meta.get_field(f).column)
+        for f in (
+            "tenant", "event_id", "task_id", "target", "agent", "url", "attempts", "last_error",
+            "next_attempt_at", "outcome", "created_at", "updated_at",
+        )
+    )  # fmt: skip
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({columns})"
+        f" SELECT %s, {event}.id, %s, %s, {dest}.id, {dest}.webhook_url, 0, '', %s, %s, %s, %s"
+        f" FROM {dest}, {event} WHERE {dest}.webhook_url <> ''"
+    )
+    params = [
+        prep("tenant", task.tenant_id),
+        prep("task_id", task.id),
+        WebhookDelivery.Target.AGENT.value,
+        prep("next_attempt_at", now),
+        Outcome.PENDING.value,
+        prep("created_at", now),
+        prep("updated_at", now),
+    ]
+    return sql, params
+
+
+def enqueue_after_commit(delivery_ids: list[int]) -> None:
+    transaction.on_commit(partial(enqueue, delivery_ids))
 
 
 def _subscribed_agents(task: Task, event: TaskEvent) -> list[Agent]:

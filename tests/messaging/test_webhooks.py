@@ -371,15 +371,15 @@ def test_deleted_push_config_stops_deliveries(agent, peer, receiver):
 def test_embedded_default_delivers_after_commit_without_blocking_the_request(
     settings, tenant, agent, receiver
 ):
-    settings.HIKYAKU_WEBHOOK_TIMEOUT_SECONDS = 1.0
+    settings.HIKYAKU_WEBHOOK_TIMEOUT_SECONDS = 3.0
     receiver.statuses = [500, 200]
-    receiver.hang_seconds = 0.5
+    receiver.hang_seconds = 1.5
     bob = with_webhook(tenant, "bob", receiver.url)
     started = time.monotonic()
     send(agent, bob.id)
-    assert time.monotonic() - started < 0.5  # the POST happens on a background thread
-    receiver.wait_for(2)
-    row = wait_finished(only_delivery().pk)
+    assert time.monotonic() - started < 1.0  # the POST happens on a background thread
+    receiver.wait_for(2, timeout=15)
+    row = wait_finished(only_delivery().pk, timeout=15)
     assert (row.outcome, row.attempts) == (Outcome.DELIVERED, 2)
     time.sleep(0.5)
     assert len(receiver.requests) == 2
@@ -460,8 +460,10 @@ def test_sends_and_transitions_without_webhooks_cost_no_queries(agent, peer):
         act(peer, task["id"], "accept")
         act(peer, task["id"], "complete")
         result(agent, "SendMessage", {"message": message("all", to="*")})
-    touched = [q["sql"] for q in ctx.captured_queries if "pushconfig" in q["sql"]]
-    touched += [q["sql"] for q in ctx.captured_queries if "webhookdelivery" in q["sql"]]
+    # (On Postgres the unicast send is one statement whose CTE also inserts the recipient's
+    # webhook delivery when there is a webhook: not a separate query.)
+    separate = [q["sql"] for q in ctx.captured_queries if not q["sql"].startswith("WITH dest")]
+    touched = [sql for sql in separate if "pushconfig" in sql or "webhookdelivery" in sql]
     # The parties' webhook_url comes with the rows the services lock anyway (no deferred load).
     touched += [q["sql"] for q in ctx.captured_queries if '"webhook_url" FROM' in q["sql"]]
     assert touched == []
