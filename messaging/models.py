@@ -196,7 +196,7 @@ class PushConfig(models.Model):
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="push_configs")
-    config_id = models.CharField(max_length=200)  # the A2A config `id`, unique per task
+    config_id = models.CharField(max_length=200)  # the A2A config `id`, per task and creator
     url = models.URLField(max_length=2000)
     token = models.CharField(max_length=1000, blank=True)
     auth_scheme = models.CharField(max_length=100, blank=True)
@@ -213,7 +213,17 @@ class PushConfig(models.Model):
     class Meta:
         verbose_name = "push notification config"
         constraints = [
-            models.UniqueConstraint(fields=["task", "config_id"], name="pushconfig_task_id"),
+            # Config ids are per party: each sees and manages only its own.
+            models.UniqueConstraint(
+                fields=["task", "created_by", "config_id"],
+                condition=Q(created_by__isnull=False),
+                name="pushconfig_agent_id",
+            ),
+            models.UniqueConstraint(
+                fields=["task", "created_by_caller", "config_id"],
+                condition=Q(created_by__isnull=True),
+                name="pushconfig_caller_id",
+            ),
             models.CheckConstraint(
                 condition=Q(created_by__isnull=False) | ~Q(created_by_caller=""),
                 name="pushconfig_has_a_creator",

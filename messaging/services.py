@@ -25,6 +25,7 @@ from hikyaku import metrics, rows
 from hikyaku.errors import (
     DestinationNotFound,
     InvalidRequest,
+    ServiceUnavailable,
     TaskNotCancelable,
     TaskNotFound,
     UnsupportedOperation,
@@ -535,12 +536,12 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
             f"Unknown action {action!r}; expected one of: {', '.join(ACTIONS)}.",
             details={"field": "message.metadata.action"},
         )
-    with transaction.atomic():
-        task, roles = _lock_party_task(sender, task_id)
+
+    def decide(task: Task, roles: set[str]) -> TaskEvent | None:
         refusal = _refusal(task, transition, action, roles)
         if refusal is not None:
             if _already_applied(task, sender, message):
-                return task
+                return None
             raise refusal
         from_state = task.state
         now = timezone.now()
@@ -555,10 +556,9 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
         task.history = [*task.history, follow_up]
         if transition.parts_become == "artifact" and parts:
             task.artifacts = [*task.artifacts, _artifact("result", parts)]
-        status_message = follow_up if transition.parts_become == "status" else None
         task.metadata = {**task.metadata}
-        if status_message is not None:
-            task.metadata["statusMessage"] = status_message
+        if transition.parts_become == "status":
+            task.metadata["statusMessage"] = follow_up
         else:
             task.metadata.pop("statusMessage", None)
         if transition.target is not None:
@@ -566,11 +566,7 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
             task.awaiting = transition.awaiting_target
             task.status_at = now
         task.updated_at = now
-        rows.update(
-            task,
-            ["state", "awaiting", "history", "artifacts", "metadata", "status_at", "updated_at"],
-        )
-        event = _write_event(
+        return _event_row(
             task,
             sender,
             action,
@@ -578,15 +574,16 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
             task.state,
             {"messageId": message.get("messageId"), "parts": parts},
         )
-        events.ring_after_commit(agent_ids=_party_ids(task), event_id=event.id)
+
+    task = _transition(sender, task_id, decide)
     metrics.transition(action)
     return task
 
 
 def cancel_task(*, sender: Sender, task_id: str) -> Task:
     """CancelTask: the sender withdraws a task the recipient has not read yet."""
-    with transaction.atomic():
-        task, roles = _lock_party_task(sender, task_id)
+
+    def decide(task: Task, roles: set[str]) -> TaskEvent:
         if task.state in TERMINAL_STATES:
             raise TaskNotCancelable(f"Task {task.id} is {task.state} and cannot be canceled.")
         if (
@@ -597,16 +594,144 @@ def cancel_task(*, sender: Sender, task_id: str) -> Task:
             raise TaskNotCancelable(
                 "Only the sender can cancel a task, and only while it is unread."
             )
-        now = timezone.now()
         task.state, task.awaiting = TaskState.CANCELED, Task.Awaiting.NOBODY
-        task.status_at = task.updated_at = now
-        rows.update(task, ["state", "awaiting", "status_at", "updated_at"])
-        event = _write_event(
+        task.status_at = task.updated_at = timezone.now()
+        return _event_row(
             task, sender, Kind.CANCEL, TaskState.INPUT_REQUIRED, TaskState.CANCELED, {}
         )
-        events.ring_after_commit(agent_ids=_party_ids(task), event_id=event.id)
+
+    task = _transition(sender, task_id, decide)
     metrics.transition(Kind.CANCEL)
     return task
+
+
+_CHANGED = ["state", "awaiting", "history", "artifacts", "metadata", "status_at", "updated_at"]
+
+
+def _transition(sender: Sender, task_id: Any, decide) -> Task:
+    """Apply `decide(task, roles)` — which mutates the task in memory and returns its event
+    row, returns None for a retry of an action already applied, or raises a refusal — as one
+    compare-and-set with its event.
+
+    Postgres: read without locks, decide, then one statement that locks the parties' agent
+    rows, updates the task only if its state, awaiting and updated_at are still those read,
+    and inserts the event; a lost race reads again and decides again (so the loser gets the
+    refusal that now applies). Other databases: the same decision inside a transaction
+    holding the row locks."""
+    if connection.vendor != "postgresql":
+        with transaction.atomic():
+            task, roles = _lock_party_task(sender, task_id)
+            event = decide(task, roles)
+            if event is None:
+                return task
+            rows.update(task, _CHANGED)
+            rows.insert(event)
+            push_delivery.schedule([event])  # webhooks and push configs, after commit
+            events.ring_after_commit(agent_ids=_party_ids(task), event_id=event.id)
+        metrics.events_written(1)
+        return task
+    for _attempt in range(5):
+        task, roles = _read_party_task(sender, task_id)
+        expected = (task.state, task.awaiting, task.updated_at)
+        event = decide(task, roles)
+        if event is None:
+            return task
+        if _compare_and_set(task, expected, event):
+            metrics.events_written(1)
+            events.ring_after_commit(agent_ids=_party_ids(task), event_id=event.id)
+            return task
+    raise ServiceUnavailable("The task is changing too fast; retry shortly.")
+
+
+def _read_party_task(sender: Sender, task_id: Any) -> tuple[Task, set[str]]:
+    """The task and its parties' policy fields in one unlocked read (Postgres path)."""
+    pk = _task_pk(task_id)
+    row = None
+    if pk:
+        policy_columns = ", ".join(
+            f"{alias}.{col}" for alias in ("s", "r") for col in _POLICY_COLUMNS
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {rows.select_list(Task, TASK_FIELDS)}, {policy_columns}"
+                " FROM messaging_task LEFT JOIN agents_agent s ON s.id = messaging_task.sender_id"
+                " JOIN agents_agent r ON r.id = messaging_task.recipient_id"
+                " WHERE messaging_task.id = %s AND messaging_task.tenant_id = %s"
+                " AND messaging_task.type <> %s",
+                [pk, sender.tenant.pk, Task.Type.BROADCAST_SUMMARY],
+            )
+            row = cursor.fetchone()
+    if row is None:
+        raise TaskNotFound(f"Task not found: {task_id}")
+    n = len(TASK_FIELDS)
+    task = rows.build(Task, TASK_FIELDS, row[:n])
+    roles = party_roles(sender, task)
+    if not roles:
+        raise TaskNotFound(f"Task not found: {task_id}")
+    width = len(_POLICY_COLUMNS)
+    if task.sender_id is not None:
+        task.sender = rows.build(
+            Agent, ("id", *_POLICY_FIELDS), (task.sender_id, *row[n : n + width])
+        )
+    task.recipient = rows.build(
+        Agent, ("id", *_POLICY_FIELDS), (task.recipient_id, *row[n + width :])
+    )
+    if not policy.may_read(sender.agent, task):
+        raise TaskNotFound(f"Task not found: {task_id}")
+    return task, roles
+
+
+# Policy, and the webhook URL the push fan-out needs; in model order (rows.build).
+_POLICY_FIELDS = ("name", "status", "webhook_url", "send_to", "receive_from", "disclosure_ceiling")
+_POLICY_COLUMNS = _POLICY_FIELDS
+
+
+def _compare_and_set(task: Task, expected: tuple, event: TaskEvent) -> bool:
+    """Postgres: lock the parties (id order), update the task if unchanged since it was
+    read, insert the event — one autocommit statement. False when another change won."""
+    ids = sorted(_party_ids(task))
+    model_fields = [Task._meta.get_field(name) for name in _CHANGED]
+    assignments = ", ".join(f"{f.column} = %s" for f in model_fields)
+    event_sql, event_params = rows.insert_select(event, source="upd")
+    # Webhook and push-config deliveries of this event, when there are any (push/delivery.py).
+    webhooks = push_delivery.transition_delivery_sql(task, event="ev")
+    webhook_sql, webhook_params = webhooks or ("", [])
+    state, awaiting, updated_at = expected
+    sql = (
+        "WITH lk AS (SELECT id FROM agents_agent WHERE id IN ("
+        + ", ".join(["%s"] * len(ids))
+        + ") ORDER BY id FOR NO KEY UPDATE),"
+        f" upd AS (UPDATE messaging_task SET {assignments}"
+        " WHERE id = %s AND state = %s AND awaiting = %s AND updated_at = %s"
+        " AND push_configured = %s"
+        " AND (SELECT count(*) FROM lk) > 0 RETURNING id),"
+        f" ev AS ({event_sql} RETURNING id)"
+        + (f", dl AS ({webhook_sql} RETURNING id)" if webhooks else "")
+        + " SELECT id, "
+        + ("(SELECT array_agg(id) FROM dl)" if webhooks else "NULL")
+        + " FROM ev"
+    )
+    params = [
+        *ids,
+        *[f.get_db_prep_save(getattr(task, f.attname), connection) for f in model_fields],
+        task.pk,
+        state,
+        awaiting,
+        updated_at,
+        task.push_configured,
+        *event_params,
+        *webhook_params,
+    ]
+    guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
+    with guard, connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    event.pk = row[0]
+    if row[1]:
+        push_delivery.enqueue_after_commit(list(row[1]))
+    return True
 
 
 def _refusal(task: Task, transition: Transition, action: str, roles: set[str]) -> Exception | None:
@@ -744,12 +869,3 @@ def _event_row(
         payload={k: v for k, v in payload.items() if v not in (None, [], {})},
         created_at=task.updated_at,
     )
-
-
-def _write_event(
-    task: Task, sender: Sender, kind: str, from_state: str, to_state: str, payload: dict
-) -> TaskEvent:
-    event = rows.insert(_event_row(task, sender, kind, from_state, to_state, payload))
-    metrics.events_written(1)
-    push_delivery.schedule([event])  # webhooks and push configs, enqueued after commit
-    return event

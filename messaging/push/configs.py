@@ -41,7 +41,8 @@ def _mine(sender: Sender, task: Task):
 
 def set_push_config(*, sender: Sender, config: ConfigInput, dialect: str = "1.0") -> PushConfig:
     """Create, or replace when the id exists, a push config on a task the caller is a party
-    of. An empty id defaults to the task id (as a2a-sdk does)."""
+    of. An empty id defaults to the task id (as a2a-sdk does). Ids are per party: the
+    sender's and the recipient's configs never collide."""
     task = party_task(sender=sender, task_id=config.task_id)
     if task.type == Task.Type.BROADCAST_SUMMARY:
         raise TaskNotFound(f"Task not found: {config.task_id}")
@@ -67,16 +68,9 @@ def set_push_config(*, sender: Sender, config: ConfigInput, dialect: str = "1.0"
             # The task row first (the lifecycle's lock order): a transition that commits
             # after this sees the flag and the config.
             Task.objects.filter(pk=task.pk).update(push_configured=True)
-            existing = PushConfig.objects.select_for_update().filter(task=task, config_id=config_id)
-            current = existing.first()
+            current = _mine(sender, task).select_for_update().filter(config_id=config_id).first()
             if current is not None:
-                if current.pk not in set(_mine(sender, task).values_list("pk", flat=True)):
-                    # The other party owns this id: it is not ours to see or to replace.
-                    raise InvalidRequest(
-                        f"Push notification config id {config_id!r} is taken on this task.",
-                        details={"field": "id"},
-                    )
-                existing.update(**values)
+                PushConfig.objects.filter(pk=current.pk).update(**values)
                 current.refresh_from_db()
                 return current
             if _mine(sender, task).count() >= MAX_CONFIGS_PER_PARTY:

@@ -106,6 +106,68 @@ def new_task_delivery_sql(task: Task, *, dest: str, event: str) -> tuple[str, li
     return sql, params
 
 
+def transition_delivery_sql(task: Task, *, event: str) -> tuple[str, list] | None:
+    """Postgres, for transitions stored in one statement: the body of a data-modifying CTE
+    inserting this event's deliveries — the parties' agent webhooks (as loaded on `task`,
+    the same choice as `schedule`) and, when `task.push_configured`, the task's push configs
+    — or None when there is nothing to deliver (the statement then stays as it was). `event`
+    must yield the new event's `id`. The caller's compare-and-set must also require the
+    `push_configured` it read, so a config attached meanwhile makes it read again."""
+    now = timezone.now()
+    meta = WebhookDelivery._meta
+    quote = connection.ops.quote_name
+    agents = [
+        agent
+        for agent in (task.sender, task.recipient)
+        if agent is not None and agent.webhook_url and agent.status == Agent.Status.ACTIVE
+    ]
+    if not agents and not task.push_configured:
+        return None
+
+    def prep(field: str, value) -> object:
+        return meta.get_field(field).get_db_prep_save(value, connection)
+
+    columns = ", ".join(
+        quote(meta.get_field(f).column)
+        for f in (
+            "tenant", "event_id", "task_id", "target", "agent", "push_config", "url", "attempts",
+            "last_error", "next_attempt_at", "outcome", "created_at", "updated_at",
+        )
+    )  # fmt: skip
+    common = [prep("next_attempt_at", now), Outcome.PENDING.value, prep("created_at", now)]
+    common.append(prep("updated_at", now))
+    selects: list[str] = []
+    params: list = []
+    for agent in {agent.pk: agent for agent in agents}.values():
+        selects.append(
+            f"SELECT %s, {event}.id, %s, %s, %s, NULL::bigint, %s, 0, '', %s, %s, %s, %s"
+            f" FROM {event}"
+        )
+        params += [
+            prep("tenant", task.tenant_id),
+            prep("task_id", task.id),
+            WebhookDelivery.Target.AGENT.value,
+            prep("agent", agent.pk),
+            agent.webhook_url,
+            *common,
+        ]
+    if task.push_configured:
+        selects.append(
+            f"SELECT %s, {event}.id, %s, %s, NULL::uuid, pc.id, pc.url, 0, '', %s, %s, %s, %s"
+            f" FROM {event}, {quote(PushConfig._meta.db_table)} pc WHERE pc.task_id = %s"
+        )
+        params += [
+            prep("tenant", task.tenant_id),
+            prep("task_id", task.id),
+            WebhookDelivery.Target.PUSH_CONFIG.value,
+            *common,
+            PushConfig._meta.get_field("task").get_db_prep_value(task.id, connection),
+        ]
+    # Typed NULLs: a UNION of untyped NULLs would resolve them to text.
+    sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) " + " UNION ALL ".join(selects)
+    return sql, params
+
+
 def enqueue_after_commit(delivery_ids: list[int]) -> None:
     transaction.on_commit(partial(enqueue, delivery_ids))
 

@@ -147,12 +147,16 @@ def test_the_recipient_may_set_configs_too_and_each_party_sees_only_its_own(agen
     assert err["code"] == -32001
     result(peer, "DeleteTaskPushNotificationConfig", {"taskId": task["id"], "id": "mine"})
     assert PushConfig.objects.filter(config_id="mine").exists()
-    err = error(
-        agent,
-        "CreateTaskPushNotificationConfig",
-        {"taskId": task["id"], "id": "theirs", "url": HOOK},
+    # Ids are per party: both may use the default id (the task id) or the same name.
+    create(agent, task["id"], id="theirs", token="alice-too")
+    create(agent, task["id"])
+    create(peer, task["id"])
+    assert PushConfig.objects.filter(config_id="theirs").count() == 2
+    assert PushConfig.objects.filter(config_id=task["id"]).count() == 2
+    peer_view = result(
+        peer, "GetTaskPushNotificationConfig", {"taskId": task["id"], "id": "theirs"}
     )
-    assert err["code"] == -32602
+    assert "token" not in peer_view
 
 
 @pytest.mark.django_db

@@ -467,3 +467,54 @@ def test_sends_and_transitions_without_webhooks_cost_no_queries(agent, peer):
     # The parties' webhook_url comes with the rows the services lock anyway (no deferred load).
     touched += [q["sql"] for q in ctx.captured_queries if '"webhook_url" FROM' in q["sql"]]
     assert touched == []
+
+
+@pytest.mark.django_db
+def test_a_transition_notifies_agent_webhooks_and_push_configs_together(tenant, receiver):
+    alice = with_webhook(tenant, "alice", receiver.url)
+    bob = with_webhook(tenant, "bob", receiver.url)
+    task = send(alice, bob.id)
+    result(alice, "CreateTaskPushNotificationConfig", {"taskId": task["id"], "url": receiver.url})
+    result(bob, "CreateTaskPushNotificationConfig", {"taskId": task["id"], "url": receiver.url})
+    WebhookDelivery.objects.all().delete()  # bob's delivery of the new task
+    act(bob, task["id"], "accept")
+    rows = list(WebhookDelivery.objects.order_by("pk"))
+    assert sorted((r.target, str(r.agent_id or "")) for r in rows) == sorted(
+        [("agent", alice.id), ("agent", bob.id), ("push_config", ""), ("push_config", "")]
+    )
+    assert {r.event_id for r in rows} == {TaskEvent.objects.get(kind="accept").id}
+    for row in rows:
+        assert run_until_finished(row.pk).outcome == Outcome.DELIVERED
+    assert len(receiver.requests) == 4
+
+
+@pytest.mark.django_db
+def test_a_push_config_attached_during_a_transition_is_not_missed(agent, peer, monkeypatch):
+    """Postgres decides a transition from an unlocked read: a config attached between the
+    read and the compare-and-set makes the compare-and-set fail and read again."""
+    from django.db import connection
+
+    from messaging import services
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the unlocked-read path is Postgres only")
+    task = send(agent, peer.id)
+    real_read = services._read_party_task
+    calls = []
+
+    def read_then_attach(sender, task_id):
+        read = real_read(sender, task_id)
+        if not calls:
+            result(
+                agent,
+                "CreateTaskPushNotificationConfig",
+                {"taskId": task["id"], "url": "https://hooks.example.com/late"},
+            )
+        calls.append(1)
+        return read
+
+    monkeypatch.setattr(services, "_read_party_task", read_then_attach)
+    act(peer, task["id"], "accept")
+    assert len(calls) == 2
+    (row,) = WebhookDelivery.objects.all()
+    assert row.target == "push_config" and row.url == "https://hooks.example.com/late"
