@@ -10,11 +10,11 @@ REST, JSON-RPC, SSE and MCP-over-HTTP all call `authenticate_agent` with the raw
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q
 from django.utils import timezone
 
 from hikyaku import rows
@@ -133,18 +133,72 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
 
 def identity_is_current(identity: AgentIdentity) -> bool:
     """Whether an identity established earlier still holds (revocation, expiry, rotation,
-    deregistration, disabling, and the tenant's token requirement). One query."""
-    agents = Agent.objects.filter(pk=identity.agent.pk, status=Agent.Status.ACTIVE)
+    deregistration, disabling, and the tenant's token requirement). One query.
+
+    Open streams call this before every delivery, so it is a hand-written statement like
+    authentication itself (the ORM spent ~0.4 ms compiling the join, see hikyaku/rows.py)."""
+    agent_id = rows.prep(Agent, "id", identity.agent.pk)
     if identity.via_token:
-        return agents.filter(token_hash=identity.credential_hash).exists()
+        sql = "SELECT 1 FROM agents_agent WHERE id = %s AND status = %s AND token_hash = %s"
+        params = [agent_id, Agent.Status.ACTIVE, identity.credential_hash]
+    else:
+        # Every condition applies to the same key row.
+        sql = (
+            "SELECT 1 FROM agents_agent a JOIN tenants_tenant t ON t.id = a.tenant_id"
+            " JOIN tenants_apikey k ON k.tenant_id = t.id"
+            " WHERE a.id = %s AND a.status = %s AND t.require_agent_tokens = %s"
+            " AND k.key_hash = %s AND k.revoked_at IS NULL"
+            " AND (k.expires_at IS NULL OR k.expires_at > %s)"
+        )
+        params = [
+            agent_id,
+            Agent.Status.ACTIVE,
+            rows.prep(Tenant, "require_agent_tokens", False),
+            identity.credential_hash,
+            rows.prep(ApiKey, "expires_at", timezone.now()),
+        ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone() is not None
+
+
+def current_identities(identities: Iterable[AgentIdentity]) -> set[tuple[uuid.UUID, str]]:
+    """`identity_is_current` for many identities at once (the open streams of a process):
+    the `(agent id, credential hash)` pairs that still hold. At most three queries per chunk
+    whatever the number of identities, under exactly the same rules."""
+    tokens = {(i.agent.pk, i.credential_hash) for i in identities if i.via_token}
+    keys = {(i.agent.pk, i.credential_hash) for i in identities if not i.via_token}
+    current: set[tuple[uuid.UUID, str]] = set()
+    for chunk in _chunks(sorted(tokens, key=str)):
+        rows = Agent.objects.filter(
+            pk__in={pk for pk, _ in chunk}, status=Agent.Status.ACTIVE
+        ).values_list("pk", "token_hash")
+        current |= {row for row in rows if row in chunk}
     now = timezone.now()
-    # One filter() call, so every condition applies to the same key row.
-    return agents.filter(
-        Q(tenant__api_keys__expires_at__isnull=True) | Q(tenant__api_keys__expires_at__gt=now),
-        tenant__require_agent_tokens=False,
-        tenant__api_keys__key_hash=identity.credential_hash,
-        tenant__api_keys__revoked_at__isnull=True,
-    ).exists()
+    for chunk in _chunks(sorted(keys, key=str)):
+        key_tenants = dict(
+            ApiKey.objects.filter(
+                ApiKey.active_q(now), key_hash__in={h for _, h in chunk}
+            ).values_list("key_hash", "tenant_id")
+        )
+        agent_tenants = dict(
+            Agent.objects.filter(
+                pk__in={pk for pk, _ in chunk},
+                status=Agent.Status.ACTIVE,
+                tenant__require_agent_tokens=False,
+            ).values_list("pk", "tenant_id")
+        )
+        current |= {
+            (pk, h)
+            for pk, h in chunk
+            if pk in agent_tenants and key_tenants.get(h) == agent_tenants[pk]
+        }
+    return current
+
+
+def _chunks(items: list, size: int = 500) -> Iterator[set]:
+    for start in range(0, len(items), size):
+        yield set(items[start : start + size])
 
 
 def _first_with_tenant(model, fields: tuple[str, ...], sql: str, params: list):

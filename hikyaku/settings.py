@@ -240,6 +240,16 @@ HIKYAKU_RETENTION_DAYS = env.int("HIKYAKU_RETENTION_DAYS", default=30)
 HIKYAKU_DEREGISTERED_TTL_DAYS = env.int("HIKYAKU_DEREGISTERED_TTL_DAYS", default=7)
 # last_used_at / last_seen_at are written at most this often per key or agent.
 HIKYAKU_TOUCH_INTERVAL_SECONDS = env.int("HIKYAKU_TOUCH_INTERVAL_SECONDS", default=60)
+# Streams (messaging/stream): DB threads per stream process (never one per stream), keepalive
+# comments, the periodic catch-up scan that covers lost doorbells, and how often open streams
+# re-check their credentials / session. A WSGI process answers A2A streaming requests by
+# polling, for at most HIKYAKU_WSGI_STREAMS_MAX streams at a time.
+HIKYAKU_STREAM_DB_THREADS = env.int("HIKYAKU_STREAM_DB_THREADS", default=8)
+HIKYAKU_STREAM_KEEPALIVE_SECONDS = env.float("HIKYAKU_STREAM_KEEPALIVE_SECONDS", default=15.0)
+HIKYAKU_STREAM_SCAN_SECONDS = env.float("HIKYAKU_STREAM_SCAN_SECONDS", default=1.0)
+HIKYAKU_STREAM_CHECK_SECONDS = env.float("HIKYAKU_STREAM_CHECK_SECONDS", default=2.0)
+HIKYAKU_WSGI_STREAMS_MAX = env.int("HIKYAKU_WSGI_STREAMS_MAX", default=16)
+HIKYAKU_WSGI_STREAM_POLL_SECONDS = env.float("HIKYAKU_WSGI_STREAM_POLL_SECONDS", default=0.5)
 
 # Retention (messaging/retention.py): terminal tasks and their events after
 # HIKYAKU_RETENTION_DAYS, deregistered agents and all their tasks after

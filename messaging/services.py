@@ -314,7 +314,9 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
                 rows.insert(event)
                 push_delivery.schedule([event])  # webhooks, enqueued after commit
         metrics.events_written(1)
-        events.ring_after_commit(agent_ids=[recipient_id], event_id=event.id)
+        events.ring_after_commit(
+            agent_ids=[recipient_id], event_id=event.id, tenant_id=task.tenant_id
+        )
     except (IntegrityError, DestinationNotFound):
         # The messageId was used before (a retry): the unique constraint finds it, so the
         # common path pays no extra query for idempotency. A retry whose recipient has left
@@ -491,11 +493,11 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
                 updated_at=now,
                 status_at=now,
             )
-            rows = [
+            event_rows = [
                 _event_row(t, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {})
                 for t in deliveries
             ]
-            rows.append(
+            event_rows.append(
                 _event_row(
                     summary,
                     sender,
@@ -505,12 +507,14 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
                     {"messageId": message_id},
                 )
             )
-            written = TaskEvent.objects.bulk_create(rows)
+            written = TaskEvent.objects.bulk_create(event_rows)
             metrics.events_written(len(written))
             push_delivery.schedule(written)  # webhooks, enqueued after commit
             if deliveries:
                 events.ring_after_commit(
-                    agent_ids=[r.id for r in recipients], event_id=max(e.id for e in written)
+                    agent_ids=[r.id for r in recipients],
+                    event_id=max(e.id for e in written),
+                    tenant_id=sender.tenant.id,
                 )
     except IntegrityError:
         existing = _existing(sender, message_id)
@@ -627,7 +631,9 @@ def _transition(sender: Sender, task_id: Any, decide) -> Task:
             rows.update(task, _CHANGED)
             rows.insert(event)
             push_delivery.schedule([event])  # webhooks and push configs, after commit
-            events.ring_after_commit(agent_ids=_party_ids(task), event_id=event.id)
+            events.ring_after_commit(
+                agent_ids=_party_ids(task), event_id=event.id, tenant_id=task.tenant_id
+            )
         metrics.events_written(1)
         return task
     for _attempt in range(5):
@@ -638,7 +644,9 @@ def _transition(sender: Sender, task_id: Any, decide) -> Task:
             return task
         if _compare_and_set(task, expected, event):
             metrics.events_written(1)
-            events.ring_after_commit(agent_ids=_party_ids(task), event_id=event.id)
+            events.ring_after_commit(
+                agent_ids=_party_ids(task), event_id=event.id, tenant_id=task.tenant_id
+            )
             return task
     raise ServiceUnavailable("The task is changing too fast; retry shortly.")
 

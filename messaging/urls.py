@@ -2,9 +2,11 @@ from django.urls import path
 
 from .a2a.views import jsonrpc
 from .api import TaskEventsView
+from .stream import views as stream_views
 
 urlpatterns = [
     path("", jsonrpc, name="a2a-root"),
     path("a2a/", jsonrpc, name="a2a"),
+    path("api/v1/subscribe", stream_views.subscribe, name="api-subscribe"),
     path("api/v1/tasks/<str:task_id>/events", TaskEventsView.as_view(), name="api-task-events"),
 ]

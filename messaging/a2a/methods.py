@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from hikyaku.errors import InvalidRequest, UnsupportedOperation
+from hikyaku.errors import InvalidRequest
 
 from .. import selectors, services
 from ..services import Sender
@@ -139,10 +139,8 @@ def list_tasks(call: Call) -> dict[str, Any]:
     }
 
 
-def streaming_not_here(call: Call) -> dict[str, Any]:
-    raise UnsupportedOperation("Streaming is not available on this endpoint yet.")
-
-
+# The streaming methods (SendStreamingMessage, SubscribeToTask and their 0.3 names) are not
+# here: they answer with a stream, see messaging/stream/a2a.py.
 METHODS: dict[str, Callable[[Call], dict[str, Any]]] = {
     "SendMessage": send_message,
     "message/send": send_message,
@@ -152,9 +150,5 @@ METHODS: dict[str, Callable[[Call], dict[str, Any]]] = {
     "tasks/list": list_tasks,
     "CancelTask": cancel_task,
     "tasks/cancel": cancel_task,
-    "SendStreamingMessage": streaming_not_here,
-    "message/stream": streaming_not_here,
-    "SubscribeToTask": streaming_not_here,
-    "tasks/resubscribe": streaming_not_here,
     **PUSH_METHODS,  # messaging/a2a/push.py
 }

@@ -16,6 +16,7 @@ from agents.auth import authenticate_agent
 from hikyaku.errors import HikyakuError, RateLimited, ServiceUnavailable, Unauthenticated, decorate
 
 from ..services import Sender
+from ..stream.a2a import STREAMING_METHODS, wsgi_response
 from . import errors
 from .methods import METHODS, Call
 from .wire import dialect_for
@@ -29,6 +30,47 @@ def _json(body: dict[str, Any], status: int = 200) -> HttpResponse:
         content_type="application/json",
         status=status,
     )
+
+
+class EnvelopeError(Exception):
+    """A body that is not one valid JSON-RPC 2.0 request; `response` is the error to send."""
+
+    def __init__(self, response: dict[str, Any]) -> None:
+        super().__init__(response["error"]["message"])
+        self.response = response
+
+
+def parse_request(payload: Any) -> tuple[Any, str, dict[str, Any]]:
+    """(id, method, params) of a decoded JSON-RPC 2.0 request body, or EnvelopeError."""
+    if isinstance(payload, list):
+        raise EnvelopeError(
+            errors.response(
+                None,
+                errors.error_object(errors.INVALID_REQUEST, "Batch requests are not supported."),
+            )
+        )
+    request_id = payload.get("id") if isinstance(payload, dict) else None
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int | None):
+        request_id = None
+    method = payload.get("method") if isinstance(payload, dict) else None
+    params = payload.get("params", {}) if isinstance(payload, dict) else None
+    if (
+        not isinstance(payload, dict)
+        or payload.get("jsonrpc") != "2.0"
+        or not isinstance(method, str)
+        or not isinstance(params, dict)
+        or ("id" in payload and request_id is None and payload["id"] is not None)
+    ):
+        raise EnvelopeError(
+            errors.response(
+                request_id,
+                errors.error_object(
+                    errors.INVALID_REQUEST,
+                    "Invalid request: expected a JSON-RPC 2.0 object with a method and object params.",
+                ),
+            )
+        )
+    return request_id, method, params
 
 
 @csrf_exempt
@@ -52,34 +94,10 @@ def jsonrpc(request: HttpRequest) -> HttpResponse:
                 errors.error_object(errors.PARSE_ERROR, "Parse error: the body is not valid JSON."),
             )
         )
-    if isinstance(payload, list):
-        return _json(
-            errors.response(
-                None,
-                errors.error_object(errors.INVALID_REQUEST, "Batch requests are not supported."),
-            )
-        )
-    request_id = payload.get("id") if isinstance(payload, dict) else None
-    if isinstance(request_id, bool) or not isinstance(request_id, str | int | None):
-        request_id = None
-    method = payload.get("method") if isinstance(payload, dict) else None
-    params = payload.get("params", {}) if isinstance(payload, dict) else None
-    if (
-        not isinstance(payload, dict)
-        or payload.get("jsonrpc") != "2.0"
-        or not isinstance(method, str)
-        or not isinstance(params, dict)
-        or ("id" in payload and request_id is None and payload["id"] is not None)
-    ):
-        return _json(
-            errors.response(
-                request_id,
-                errors.error_object(
-                    errors.INVALID_REQUEST,
-                    "Invalid request: expected a JSON-RPC 2.0 object with a method and object params.",
-                ),
-            )
-        )
+    try:
+        request_id, method, params = parse_request(payload)
+    except EnvelopeError as exc:
+        return _json(exc.response)
     try:
         dialect = dialect_for(request.headers.get("A2A-Version"))
         identity = authenticate_agent(
@@ -91,6 +109,10 @@ def jsonrpc(request: HttpRequest) -> HttpResponse:
             "agent_id": str(identity.agent.id),
             "rpc_method": method,
         }
+        if method in STREAMING_METHODS:
+            # Normally answered by the stream handler in front of Django (hikyaku.asgi); a
+            # WSGI web process has none, so it serves the stream by polling.
+            return wsgi_response(identity, dialect, request_id, method, params)
         handler = METHODS.get(method)
         if handler is None:
             return _json(
