@@ -22,7 +22,7 @@ from .models import Agent
 
 VERSION = "1.0.0"
 # Flipped on by the issues that implement them, so the card never promises more than we serve.
-CAPABILITIES = {"streaming": True, "push_notifications": False}
+CAPABILITIES = {"streaming": True, "push_notifications": True}
 
 
 def base_url(request: HttpRequest | None) -> str:

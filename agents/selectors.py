@@ -37,6 +37,21 @@ def active_agent(*, tenant: Tenant, agent_id: str | uuid.UUID) -> Agent:
     return agent
 
 
+def manageable_agent(*, tenant: Tenant, agent_id: str | uuid.UUID) -> Agent:
+    """An active or disabled agent of this tenant (what an operator may manage); deregistered,
+    unknown and other tenants' agents are the same AgentNotFound."""
+    pk = parse_agent_id(str(agent_id))
+    agent = (
+        Agent.objects.filter(tenant=tenant, pk=pk).exclude(status=Agent.Status.DEREGISTERED).first()
+        if pk
+        else None
+    )
+    if agent is None:
+        raise AgentNotFound(f"Agent not found: {agent_id}")
+    agent.tenant = tenant
+    return agent
+
+
 def encode_cursor(values: list) -> str:
     return base64.urlsafe_b64encode(json.dumps(values).encode()).decode().rstrip("=")
 

@@ -197,7 +197,16 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BEAT_SCHEDULE: dict = {}
+# Separate queues let several deployments (or test runs) share one Redis.
+CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="celery")
+# `celery -A hikyaku beat` runs these; `python manage.py purge` runs the purge on demand.
+CELERY_BEAT_SCHEDULE: dict = {
+    "purge-expired-data": {
+        "task": "messaging.purge_expired",
+        "schedule": env.float("HIKYAKU_PURGE_INTERVAL_SECONDS", default=3600.0),
+    },
+    "retry-due-webhooks": {"task": "messaging.retry_due_webhooks", "schedule": 60.0},
+}
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
@@ -241,6 +250,24 @@ HIKYAKU_STREAM_SCAN_SECONDS = env.float("HIKYAKU_STREAM_SCAN_SECONDS", default=1
 HIKYAKU_STREAM_CHECK_SECONDS = env.float("HIKYAKU_STREAM_CHECK_SECONDS", default=2.0)
 HIKYAKU_WSGI_STREAMS_MAX = env.int("HIKYAKU_WSGI_STREAMS_MAX", default=16)
 HIKYAKU_WSGI_STREAM_POLL_SECONDS = env.float("HIKYAKU_WSGI_STREAM_POLL_SECONDS", default=0.5)
+
+# Retention (messaging/retention.py): terminal tasks and their events after
+# HIKYAKU_RETENTION_DAYS, deregistered agents and all their tasks after
+# HIKYAKU_DEREGISTERED_TTL_DAYS, webhook delivery logs after HIKYAKU_WEBHOOK_LOG_DAYS.
+HIKYAKU_WEBHOOK_LOG_DAYS = env.int("HIKYAKU_WEBHOOK_LOG_DAYS", default=14)
+HIKYAKU_PURGE_BATCH_SIZE = env.int("HIKYAKU_PURGE_BATCH_SIZE", default=1000)
+
+# Webhooks and A2A push notifications (docs/WEBHOOKS.md). Destinations resolving to
+# loopback/private/link-local addresses are refused unless listed here (hosts or CIDRs).
+HIKYAKU_WEBHOOK_ALLOWED_HOSTS = env.list("HIKYAKU_WEBHOOK_ALLOWED_HOSTS", default=[])
+HIKYAKU_WEBHOOK_TIMEOUT_SECONDS = env.float("HIKYAKU_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+HIKYAKU_WEBHOOK_MAX_ATTEMPTS = env.int("HIKYAKU_WEBHOOK_MAX_ATTEMPTS", default=8)
+HIKYAKU_WEBHOOK_BACKOFF_SECONDS = env.float("HIKYAKU_WEBHOOK_BACKOFF_SECONDS", default=2.0)
+HIKYAKU_WEBHOOK_BACKOFF_CAP_SECONDS = env.float(
+    "HIKYAKU_WEBHOOK_BACKOFF_CAP_SECONDS", default=600.0
+)
+# Pending deliveries overdue by this much are re-enqueued by the beat sweeper.
+HIKYAKU_WEBHOOK_SWEEP_GRACE_SECONDS = env.int("HIKYAKU_WEBHOOK_SWEEP_GRACE_SECONDS", default=60)
 
 # Observability (README, Operations). /metrics is open to loopback callers that did not come
 # through a proxy, to bearer HIKYAKU_METRICS_TOKEN, and to HIKYAKU_METRICS_ALLOWED_IPS (IPs or

@@ -30,6 +30,16 @@ urlpatterns = [
         agents_api.AgentTokenView.as_view(),
         name="api-agent-token",
     ),
+    path(
+        "api/v1/agents/<str:agent_id>/policy",
+        agents_api.AgentPolicyView.as_view(),
+        name="api-agent-policy",
+    ),
+    path(
+        "api/v1/agents/<str:agent_id>/webhook-secret",
+        agents_api.WebhookSecretView.as_view(),
+        name="api-agent-webhook-secret",
+    ),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("admin/", admin.site.urls),

@@ -36,3 +36,11 @@ def new_agent_token() -> str:
 def display_prefix(raw: str) -> str:
     """The 8 characters after the type prefix, safe to show and to search by."""
     return raw[4:12]
+
+
+WEBHOOK_SECRET_PREFIX = "whsec_"
+
+
+def new_webhook_secret() -> str:
+    """The key of an agent's webhook signatures (HMAC-SHA256), 256 random bits."""
+    return WEBHOOK_SECRET_PREFIX + secrets.token_hex(32)

@@ -7,10 +7,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from hikyaku.errors import InvalidRequest, UnsupportedOperation
+from hikyaku.errors import InvalidRequest
 
 from .. import selectors, services
 from ..services import Sender
+from . import push
+from .push import PUSH_METHODS
 from .wire import Dialect, parse_message, parse_states, render_task
 
 
@@ -50,7 +52,10 @@ def _wrap(call: Call, body: dict[str, Any]) -> dict[str, Any]:
 
 def send_message(call: Call) -> dict[str, Any]:
     message = parse_message(call.params.get("message"), call.dialect)
+    push_config = push.config_in_send(call)  # validated before anything is sent
     task = services.send_message(sender=call.sender, message=message)
+    if push_config is not None:
+        push.attach_to_sent_task(call, task, push_config)
     history_length = _int_param(
         call.params.get("configuration") or {}, "historyLength", low=0, high=10_000, default=None
     )
@@ -134,16 +139,6 @@ def list_tasks(call: Call) -> dict[str, Any]:
     }
 
 
-class PushNotSupported(UnsupportedOperation):
-    """Push notifications are not supported."""
-
-    rpc_code, rpc_reason = -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED"
-
-
-def push_not_supported(call: Call) -> dict[str, Any]:
-    raise PushNotSupported()
-
-
 # The streaming methods (SendStreamingMessage, SubscribeToTask and their 0.3 names) are not
 # here: they answer with a stream, see messaging/stream/a2a.py.
 METHODS: dict[str, Callable[[Call], dict[str, Any]]] = {
@@ -155,12 +150,5 @@ METHODS: dict[str, Callable[[Call], dict[str, Any]]] = {
     "tasks/list": list_tasks,
     "CancelTask": cancel_task,
     "tasks/cancel": cancel_task,
-    "CreateTaskPushNotificationConfig": push_not_supported,
-    "GetTaskPushNotificationConfig": push_not_supported,
-    "ListTaskPushNotificationConfigs": push_not_supported,
-    "DeleteTaskPushNotificationConfig": push_not_supported,
-    "tasks/pushNotificationConfig/set": push_not_supported,
-    "tasks/pushNotificationConfig/get": push_not_supported,
-    "tasks/pushNotificationConfig/list": push_not_supported,
-    "tasks/pushNotificationConfig/delete": push_not_supported,
+    **PUSH_METHODS,  # messaging/a2a/push.py
 }
