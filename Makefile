@@ -42,6 +42,11 @@ format: $(STAMP)
 bench: $(STAMP)
 	@$(BIN)/python -m bench.run
 
+# The A2A TCK against a public agent's own endpoint (conformance/run.py); needs the TCK
+# archive in ../shared/tools/ (or TCK_ARCHIVE) and PyPI for the TCK's own environment.
+tck: $(STAMP)
+	@$(BIN)/python -m conformance.run
+
 lock:
 	uv pip compile pyproject.toml --extra dev -o requirements.lock --python-version 3.11 --generate-hashes
 

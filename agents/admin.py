@@ -11,6 +11,7 @@ class AgentAdmin(admin.ModelAdmin):
     search_fields = ("name", "description", "=id")
     readonly_fields = (
         "id",
+        "public",
         "tenant",
         "token_prefix",
         "registered_at",
@@ -19,7 +20,7 @@ class AgentAdmin(admin.ModelAdmin):
         "status",
     )
     exclude = ("token_hash",)
-    actions = ["deregister", "disable", "enable"]
+    actions = ["deregister", "disable", "enable", "publish", "unpublish"]
 
     def has_add_permission(self, request) -> bool:
         return False  # agents register themselves with an API key
@@ -38,3 +39,13 @@ class AgentAdmin(admin.ModelAdmin):
     def enable(self, request, queryset):
         count = sum(services.set_agent_enabled(agent=a, enabled=True) for a in queryset)
         self.message_user(request, f"{count} agent(s) enabled.")
+
+    @admin.action(description="Publish selected agents (anonymous A2A callers may message them)")
+    def publish(self, request, queryset):
+        count = sum(services.set_agent_public(agent=a, public=True) for a in queryset)
+        self.message_user(request, f"{count} agent(s) published.")
+
+    @admin.action(description="Unpublish selected agents")
+    def unpublish(self, request, queryset):
+        count = sum(services.set_agent_public(agent=a, public=False) for a in queryset)
+        self.message_user(request, f"{count} agent(s) unpublished.")

@@ -232,10 +232,15 @@ def _task_metadata(
     return metadata
 
 
-def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task:
+def deliver_unicast(
+    *, sender: Sender, message: dict[str, Any], to: str, idempotent: bool = True
+) -> Task:
+    """One task in `to`'s inbox. With `idempotent` (the broker endpoint) the messageId is the
+    sender's idempotency key; the per-agent A2A endpoints pass False because A2A does not
+    make messageId one (the A2A TCK reuses ids for distinct sends), so every send is new."""
     message_id = message.get("messageId")
     digest = content_hash(message, to)
-    existing = _existing(sender, message_id)
+    existing = _existing(sender, message_id) if idempotent else None
     if existing is not None:
         return _replay(existing, digest)
     sensitivity = _sensitivity(message)
@@ -268,7 +273,7 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
                 thread_root_id=root,
                 depth=depth,
                 search_text=_search_text(parts),
-                message_id=message_id,
+                message_id=message_id if idempotent else None,
                 content_hash=digest,
                 created_at=now,
                 updated_at=now,
@@ -510,8 +515,12 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
     return task
 
 
-def cancel_task(*, sender: Sender, task_id: str) -> Task:
-    """CancelTask: the sender withdraws a task the recipient has not read yet."""
+def cancel_task(*, sender: Sender, task_id: str, while_live: bool = False) -> Task:
+    """CancelTask: the sender withdraws a task the recipient has not read yet (compat).
+
+    With `while_live` (the per-agent A2A endpoints, where the caller owns the task the way
+    A2A means it) the sender may cancel any non-terminal task: unread, working, or waiting
+    for the sender's reply; the recipient sees the `cancel` event on its stream."""
     pk = _task_pk(task_id)
     with transaction.atomic():
         task = (
@@ -528,22 +537,20 @@ def cancel_task(*, sender: Sender, task_id: str) -> Task:
             raise TaskNotFound(f"Task not found: {task_id}")
         if task.state in TERMINAL_STATES:
             raise TaskNotCancelable(f"Task {task.id} is {task.state} and cannot be canceled.")
-        if (
-            "sender" not in roles
-            or task.state != TaskState.INPUT_REQUIRED
-            or task.awaiting != Task.Awaiting.RECIPIENT
-        ):
+        unread = task.state == TaskState.INPUT_REQUIRED and task.awaiting == Task.Awaiting.RECIPIENT
+        if "sender" not in roles or not (unread or while_live):
             raise TaskNotCancelable(
                 "Only the sender can cancel a task, and only while it is unread."
             )
         _lock_parties(task)
+        from_state = task.state
         now = timezone.now()
         task.state, task.awaiting = TaskState.CANCELED, Task.Awaiting.NOBODY
         task.status_at = task.updated_at = now
-        task.save(update_fields=["state", "awaiting", "status_at", "updated_at"])
-        event = _write_event(
-            task, sender, Kind.CANCEL, TaskState.INPUT_REQUIRED, TaskState.CANCELED, {}
-        )
+        # A question the recipient asked (block) is no longer the task's status.
+        task.metadata = {k: v for k, v in task.metadata.items() if k != "statusMessage"}
+        task.save(update_fields=["state", "awaiting", "metadata", "status_at", "updated_at"])
+        event = _write_event(task, sender, Kind.CANCEL, from_state, TaskState.CANCELED, {})
         events.ring_after_commit(agent_ids=_party_ids(task), event_id=event.id)
     metrics.transition(Kind.CANCEL)
     return task

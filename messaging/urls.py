@@ -1,10 +1,12 @@
 from django.urls import path
 
+from .a2a.peer import agent_jsonrpc
 from .a2a.views import jsonrpc
 from .api import TaskEventsView
 
 urlpatterns = [
     path("", jsonrpc, name="a2a-root"),
     path("a2a/", jsonrpc, name="a2a"),
+    path("a2a/agents/<str:agent_id>/", agent_jsonrpc, name="a2a-agent"),
     path("api/v1/tasks/<str:task_id>/events", TaskEventsView.as_view(), name="api-task-events"),
 ]
