@@ -54,9 +54,11 @@ def remove_local_listener(listener: Callable[[Doorbell], None]) -> None:
         _local_listeners.remove(listener)
 
 
-def group_channel_name(layer: Any) -> str:
-    """The Redis pub/sub channel channels-redis uses for our group."""
-    return f"{layer.prefix}__group__{DOORBELL_GROUP}"
+def group_channel_name() -> str:
+    """The Redis pub/sub channel channels-redis uses for our group (its pubsub layer names a
+    group's channel `<prefix>__group__<group>`)."""
+    prefix = settings.CHANNEL_LAYERS["default"].get("CONFIG", {}).get("prefix", "asgi")
+    return f"{prefix}__group__{DOORBELL_GROUP}"
 
 
 def _ring(doorbell: Doorbell) -> None:
@@ -86,4 +88,6 @@ def _publish_redis(doorbell: Doorbell) -> None:
                 _redis_client = redis.Redis.from_url(
                     settings.REDIS_URL, socket_timeout=0.5, socket_connect_timeout=0.5
                 )
-    _redis_client.publish(group_channel_name(layer), layer.serialize(doorbell))
+    # serialize() lives on the layer object itself; attributes of the per-event-loop layer
+    # behind it are unreachable from sync code, which has no running loop.
+    _redis_client.publish(group_channel_name(), layer.serialize(doorbell))

@@ -240,9 +240,6 @@ def deliver_unicast(
     make messageId one (the A2A TCK reuses ids for distinct sends), so every send is new."""
     message_id = message.get("messageId")
     digest = content_hash(message, to)
-    existing = _existing(sender, message_id) if idempotent else None
-    if existing is not None:
-        return _replay(existing, digest)
     sensitivity = _sensitivity(message)
     try:
         with transaction.atomic():
@@ -283,9 +280,11 @@ def deliver_unicast(
                 task, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {"messageId": message_id}
             )
             events.ring_after_commit(agent_ids=[recipient.id], event_id=event.id)
-    except IntegrityError:
-        # A concurrent retry with the same messageId won the insert.
-        existing = _existing(sender, message_id)
+    except (IntegrityError, DestinationNotFound):
+        # The messageId was used before (a retry): the unique constraint finds it, so the
+        # common path pays no extra query for idempotency. A retry whose recipient has left
+        # since still gets the original delivery back.
+        existing = _existing(sender, message_id) if idempotent else None
         if existing is None:
             raise
         return _replay(existing, digest)
@@ -319,7 +318,7 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
     message_id = message.get("messageId")
     digest = content_hash(message, "*")
     existing = _existing(sender, message_id)
-    if existing is not None:
+    if existing is not None:  # checked first: a replayed broadcast must not lock the tenant
         return _replay(existing, digest)
     sensitivity = _sensitivity(message)
     broadcast_id = uuid.uuid4()

@@ -288,3 +288,11 @@ def test_reference_to_a_task_i_am_not_party_to_is_refused(agent, peer, tenant):
         {"message": {**message("re", to=peer.id), "referenceTaskIds": [private["id"]]}},
     )
     assert err["code"] == -32602
+
+
+def test_a_retry_after_the_recipient_left_returns_the_original(agent, peer):
+    from agents.services import deregister_agent
+
+    first = send(agent, peer.id, "once", message_id="m-late")
+    deregister_agent(agent=peer.model)
+    assert send(agent, peer.id, "once", message_id="m-late")["id"] == first["id"]
