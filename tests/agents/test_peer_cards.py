@@ -193,3 +193,17 @@ def test_anonymous_card_reads_are_rate_limited_per_address(published, settings):
     client = Client(REMOTE_ADDR="203.0.113.9")
     assert [client.get(card_url(published)).status_code for _ in range(3)] == [200, 200, 429]
     assert Client(REMOTE_ADDR="203.0.113.10").get(card_url(published)).status_code == 200
+
+
+def test_publishagent_command(agent):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    out = StringIO()
+    call_command("publishagent", agent.id, stdout=out)
+    assert "is public" in out.getvalue() and agent.refresh().public is True
+    call_command("publishagent", agent.id, "--off", stdout=StringIO())
+    assert agent.refresh().public is False
+    with pytest.raises(CommandError):
+        call_command("publishagent", "00000000-0000-0000-0000-000000000000")
