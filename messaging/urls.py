@@ -8,5 +8,8 @@ urlpatterns = [
     path("", jsonrpc, name="a2a-root"),
     path("a2a/", jsonrpc, name="a2a"),
     path("a2a/agents/<str:agent_id>/", agent_jsonrpc, name="a2a-agent"),
+    # Clients configured without the card's trailing slash still reach the endpoint (a POST
+    # cannot be redirected to the slashed URL).
+    path("a2a/agents/<str:agent_id>", agent_jsonrpc),
     path("api/v1/tasks/<str:task_id>/events", TaskEventsView.as_view(), name="api-task-events"),
 ]

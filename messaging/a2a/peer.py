@@ -364,7 +364,7 @@ def _callee(request: HttpRequest, agent_id: str) -> Agent:
 @csrf_exempt
 def agent_jsonrpc(request: HttpRequest, agent_id: str) -> HttpResponse:
     if request.method in ("GET", "HEAD"):
-        return HttpResponseRedirect(f"{request.path}.well-known/agent-card.json")
+        return HttpResponseRedirect(f"/a2a/agents/{agent_id}/.well-known/agent-card.json")
     if request.method != "POST":
         return not_post(request)
     if not _is_json(request.content_type or ""):

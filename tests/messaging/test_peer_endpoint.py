@@ -407,9 +407,18 @@ def test_the_0_3_dialect_works_here_too(bob):
 
 
 def test_get_redirects_to_the_card(bob):
-    response = Client().get(f"/a2a/agents/{bob.id}/")
-    assert response.status_code == 302
-    assert response["Location"] == f"/a2a/agents/{bob.id}/.well-known/agent-card.json"
+    for path in (f"/a2a/agents/{bob.id}/", f"/a2a/agents/{bob.id}"):
+        response = Client().get(path)
+        assert response.status_code == 302
+        assert response["Location"] == f"/a2a/agents/{bob.id}/.well-known/agent-card.json"
+
+
+def test_the_endpoint_answers_without_the_trailing_slash_too(bob):
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}
+    response = Client().post(
+        f"/a2a/agents/{bob.id}", json.dumps(body), content_type="application/json"
+    )
+    assert response.status_code == 200 and response.json()["result"]["tasks"] == []
 
 
 def test_anonymous_callers_are_rate_limited_per_address(bob, settings):
