@@ -40,7 +40,7 @@ format: $(STAMP)
 	@$(BIN)/ruff format .
 
 bench: $(STAMP)
-	@$(BIN)/python -m bench.run
+	@$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 # The A2A TCK against a public agent's own endpoint (conformance/run.py); needs the TCK
 # archive in ../shared/tools/ (or TCK_ARCHIVE) and PyPI for the TCK's own environment.
