@@ -279,6 +279,15 @@ def test_follow_ups_while_the_agent_works_are_comments(bob):
     assert TaskEvent.objects.filter(task_id=task["id"]).last().kind == "comment"
 
 
+def test_a_failure_shows_its_reason(bob):
+    task = send(bob, "deploy")
+    act(bob, task["id"], "accept")
+    act(bob, task["id"], "fail", "the cluster is down")
+    failed = ok(bob, "GetTask", {"id": task["id"]})
+    assert failed["status"]["state"] == "TASK_STATE_FAILED"
+    assert failed["status"]["message"]["parts"] == [{"text": "the cluster is down"}]
+
+
 def test_follow_up_errors(bob):
     task = send(bob)
     mismatch = say(taskId=task["id"], contextId="someone-elses")
