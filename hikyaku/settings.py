@@ -47,6 +47,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "hikyaku.request_log.request_log_middleware",
     "django.middleware.security.SecurityMiddleware",
     "hikyaku.middleware.security_headers_middleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -99,6 +100,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "NAME": env.str("SQLITE_TEST_NAME", default=str(BASE_DIR / "test-hikyaku.sqlite3"))
     }
 IS_POSTGRES = DATABASES["default"]["ENGINE"].startswith("django.db.backends.postgresql")
+if IS_POSTGRES:
+    # libpq waits forever for an unreachable host by default; /readyz and requests should fail
+    # fast instead (DATABASE_URL's own ?connect_timeout= wins).
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+        "connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", default=5)
+    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "tenants.User"
@@ -221,6 +228,18 @@ HIKYAKU_RETENTION_DAYS = env.int("HIKYAKU_RETENTION_DAYS", default=30)
 HIKYAKU_DEREGISTERED_TTL_DAYS = env.int("HIKYAKU_DEREGISTERED_TTL_DAYS", default=7)
 # last_used_at / last_seen_at are written at most this often per key or agent.
 HIKYAKU_TOUCH_INTERVAL_SECONDS = env.int("HIKYAKU_TOUCH_INTERVAL_SECONDS", default=60)
+
+# Observability (README, Operations). /metrics is open to loopback callers that did not come
+# through a proxy, to bearer HIKYAKU_METRICS_TOKEN, and to HIKYAKU_METRICS_ALLOWED_IPS (IPs or
+# CIDRs); everyone else gets 404. A Celery worker serves the same on
+# HIKYAKU_WORKER_METRICS_PORT when set.
+HIKYAKU_METRICS_TOKEN = env.str("HIKYAKU_METRICS_TOKEN", default="")
+HIKYAKU_METRICS_ALLOWED_IPS = env.list("HIKYAKU_METRICS_ALLOWED_IPS", default=[])
+HIKYAKU_METRICS_LOOPBACK = env.bool("HIKYAKU_METRICS_LOOPBACK", default=True)
+HIKYAKU_WORKER_METRICS_HOST = env.str("HIKYAKU_WORKER_METRICS_HOST", default="127.0.0.1")
+HIKYAKU_WORKER_METRICS_PORT = env.int("HIKYAKU_WORKER_METRICS_PORT", default=0)
+# One access line per request on the hikyaku.request logger (hikyaku/request_log.py).
+HIKYAKU_REQUEST_LOG = env.bool("HIKYAKU_REQUEST_LOG", default=True)
 
 # Agents as A2A peers (DESIGN.md §8, docs/PEERS.md). A blocking SendMessage on an agent's own
 # endpoint waits at most HIKYAKU_BLOCKING_TIMEOUT_SECONDS for the agent to answer, holding a

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from agents.models import SENSITIVITY_RANK, Agent, Sensitivity
-from hikyaku import metrics
+from hikyaku import metrics, rows
 from hikyaku.errors import (
     DestinationNotFound,
     InvalidRequest,
@@ -30,10 +30,13 @@ from hikyaku.errors import (
 )
 from tenants.models import Tenant
 
-from . import events, policy, rows
+from . import events, policy
 from .models import TERMINAL_STATES, Task, TaskEvent, TaskState
 
 Kind = TaskEvent.Kind
+TASK_FIELDS = tuple(f.name for f in Task._meta.concrete_fields)
+# What sends and transitions need of an agent: identity and policy.
+PARTY_FIELDS = ("id", "tenant", "name", "status", "send_to", "receive_from", "disclosure_ceiling")
 UNREAD = {"state": TaskState.INPUT_REQUIRED, "awaiting": Task.Awaiting.RECIPIENT}
 
 
@@ -302,9 +305,9 @@ def _lock_destination(sender: Sender, to: str, sensitivity: str) -> Agent:
     recipient = (
         rows.first(
             Agent,
-            "SELECT id, tenant_id, name, status, send_to, receive_from, disclosure_ceiling"
-            " FROM agents_agent WHERE id = %s AND tenant_id = %s AND status = %s"
-            + rows.lock_clause(no_key=True),
+            PARTY_FIELDS,
+            f"SELECT {rows.select_list(Agent, PARTY_FIELDS)} FROM agents_agent"
+            " WHERE id = %s AND tenant_id = %s AND status = %s" + rows.lock_clause(no_key=True),
             [rows.prep(Agent, "id", pk), rows.prep(Agent, "tenant", sender.tenant.pk), "active"],
         )
         if pk
@@ -609,8 +612,9 @@ def _lock_party_task(sender: Sender, task_id: Any) -> tuple[Task, set[str]]:
     task = (
         rows.first(
             Task,
-            "SELECT * FROM messaging_task WHERE id = %s AND tenant_id = %s AND type <> %s"
-            + rows.lock_clause(),
+            TASK_FIELDS,
+            f"SELECT {rows.select_list(Task, TASK_FIELDS)} FROM messaging_task"
+            " WHERE id = %s AND tenant_id = %s AND type <> %s" + rows.lock_clause(),
             [
                 rows.prep(Task, "id", pk),
                 rows.prep(Task, "tenant", sender.tenant.pk),
@@ -635,12 +639,13 @@ def _lock_party_task(sender: Sender, task_id: Any) -> tuple[Task, set[str]]:
 def _lock_parties(task: Task) -> dict[uuid.UUID, Agent]:
     ids = sorted(_party_ids(task))
     placeholders = ", ".join(["%s"] * len(ids))
-    agents = Agent.objects.raw(
-        "SELECT id, tenant_id, name, status, send_to, receive_from, disclosure_ceiling"
-        f" FROM agents_agent WHERE id IN ({placeholders}) ORDER BY id"
-        + rows.lock_clause(no_key=True),
-        [rows.prep(Agent, "id", i) for i in ids],
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {rows.select_list(Agent, PARTY_FIELDS)} FROM agents_agent"
+            f" WHERE id IN ({placeholders}) ORDER BY id" + rows.lock_clause(no_key=True),
+            [rows.prep(Agent, "id", i) for i in ids],
+        )
+        agents = [rows.build(Agent, PARTY_FIELDS, row) for row in cursor.fetchall()]
     return {agent.id: agent for agent in agents}
 
 
