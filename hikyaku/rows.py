@@ -52,6 +52,22 @@ def insert(obj: M) -> M:
     return obj
 
 
+def insert_select(obj: Model, *, source: str) -> tuple[str, list[Any]]:
+    """`INSERT INTO <table> (<columns>) SELECT <values> FROM <source>` for one unsaved
+    instance (an auto primary key is left to the database): the building block of a
+    data-modifying CTE that inserts only when `source` yields a row."""
+    with_pk = not isinstance(obj._meta.pk, AutoField | BigAutoField)
+    _, fields = _insert_sql(type(obj), with_pk)
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column) for f in fields)
+    values = ", ".join(["%s"] * len(fields))
+    params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields]
+    return (
+        f"INSERT INTO {quote(obj._meta.db_table)} ({columns}) SELECT {values} FROM {source}",
+        params,
+    )
+
+
 def update(obj: Model, fields: list[str]) -> None:
     """UPDATE these fields of a row already locked by the caller's transaction."""
     meta = obj._meta

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -221,7 +222,7 @@ def _thread(sender: Sender, message: dict[str, Any]) -> tuple[Task | None, uuid.
 
 
 def _task_metadata(
-    sender: Sender, recipient: Agent | None, kind: str, **extra: Any
+    sender: Sender, recipient_id: uuid.UUID | None, kind: str, **extra: Any
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {"type": kind}
     if sender.agent is not None:
@@ -229,8 +230,8 @@ def _task_metadata(
         metadata["fromAgentName"] = sender.agent.name
     else:
         metadata["fromCallerId"] = sender.caller_id
-    if recipient is not None:
-        metadata["toAgentId"] = str(recipient.id)
+    if recipient_id is not None:
+        metadata["toAgentId"] = str(recipient_id)
     metadata.update({k: v for k, v in extra.items() if v is not None})
     return metadata
 
@@ -244,46 +245,56 @@ def deliver_unicast(
     message_id = message.get("messageId")
     digest = content_hash(message, to)
     sensitivity = _sensitivity(message)
+    recipient_id = _agent_pk(to)
     try:
-        with transaction.atomic():
-            recipient = _lock_destination(sender, to, sensitivity)
-            parent, root, depth = _thread(sender, message)
-            now = timezone.now()
-            parts = message["parts"]
-            task = Task(
-                tenant=sender.tenant,
-                sender=sender.agent,
-                caller_id=sender.caller_id,
-                recipient=recipient,
-                context_id=str(recipient.id),
-                type=Task.Type.UNICAST,
-                message=message,
-                history=[message],
-                artifacts=[_artifact("message", parts)],
-                metadata=_task_metadata(
-                    sender,
-                    recipient,
-                    Task.Type.UNICAST,
-                    parentTaskId=str(parent.id) if parent else None,
-                    threadId=str(root) if root else None,
-                    sensitivity=sensitivity if sensitivity != Sensitivity.INTERNAL else None,
-                ),
-                sensitivity=sensitivity,
-                parent=parent,
-                thread_root_id=root,
-                depth=depth,
-                search_text=_search_text(parts),
-                message_id=message_id if idempotent else None,
-                content_hash=digest,
-                created_at=now,
-                updated_at=now,
-                status_at=now,
-            )
-            rows.insert(task)
-            event = _write_event(
-                task, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {"messageId": message_id}
-            )
-            events.ring_after_commit(agent_ids=[recipient.id], event_id=event.id)
+        if recipient_id is None or not policy.sender_may_send(
+            sender.agent, recipient_id, sensitivity
+        ):
+            raise _destination_not_found(to)
+        parent, root, depth = _thread(sender, message)
+        now = timezone.now()
+        parts = message["parts"]
+        task = Task(
+            tenant=sender.tenant,
+            sender=sender.agent,
+            caller_id=sender.caller_id,
+            recipient_id=recipient_id,
+            context_id=str(recipient_id),
+            type=Task.Type.UNICAST,
+            message=message,
+            history=[message],
+            artifacts=[_artifact("message", parts)],
+            metadata=_task_metadata(
+                sender,
+                recipient_id,
+                Task.Type.UNICAST,
+                parentTaskId=str(parent.id) if parent else None,
+                threadId=str(root) if root else None,
+                sensitivity=sensitivity if sensitivity != Sensitivity.INTERNAL else None,
+            ),
+            sensitivity=sensitivity,
+            parent=parent,
+            thread_root_id=root,
+            depth=depth,
+            search_text=_search_text(parts),
+            message_id=message_id if idempotent else None,
+            content_hash=digest,
+            created_at=now,
+            updated_at=now,
+            status_at=now,
+        )
+        event = _event_row(
+            task, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {"messageId": message_id}
+        )
+        if connection.vendor == "postgresql":
+            _store_unicast_in_one_statement(task, event, sender, sensitivity, to)
+        else:
+            with transaction.atomic():
+                _lock_destination(sender, to, sensitivity)
+                rows.insert(task)
+                rows.insert(event)
+        metrics.events_written(1)
+        events.ring_after_commit(agent_ids=[recipient_id], event_id=event.id)
     except (IntegrityError, DestinationNotFound):
         # The messageId was used before (a retry): the unique constraint finds it, so the
         # common path pays no extra query for idempotency. A retry whose recipient has left
@@ -296,12 +307,58 @@ def deliver_unicast(
     return task
 
 
+def _store_unicast_in_one_statement(
+    task: Task, event: TaskEvent, sender: Sender, sensitivity: str, to: str
+) -> None:
+    """Postgres: lock and check the recipient, insert the task and its event — one
+    autocommit statement, so one round trip and no BEGIN/COMMIT (the send's dominant cost).
+    The recipient's row lock is held until the statement commits, which keeps that agent's
+    events in commit order like the transaction on other databases."""
+    accepts, accepts_params = policy.recipient_accepts_sql("d", sender.agent, sensitivity)
+    task_sql, task_params = rows.insert_select(task, source="dest")
+    event_sql, event_params = rows.insert_select(event, source="ins")
+    sql = (
+        "WITH dest AS (SELECT d.id FROM agents_agent d"
+        f" WHERE d.id = %s AND d.tenant_id = %s AND d.status = 'active' AND {accepts}"
+        " FOR NO KEY UPDATE),"
+        f" ins AS ({task_sql} RETURNING id),"
+        f" ev AS ({event_sql} RETURNING id)"
+        " SELECT id FROM ev"
+    )
+    params = [
+        rows.prep(Agent, "id", task.recipient_id),
+        rows.prep(Agent, "tenant", task.tenant_id),
+        *accepts_params,
+        *task_params,
+        *event_params,
+    ]
+    # Inside a caller's transaction, a savepoint keeps it usable when a retried messageId
+    # hits the unique constraint; at the top of a request the statement stands alone.
+    guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
+    with guard, connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        raise _destination_not_found(to)
+    event.pk = row[0]
+
+
+def _agent_pk(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+def _destination_not_found(to: str) -> DestinationNotFound:
+    return DestinationNotFound(
+        f"Destination agent not found: {to}", details={"field": "message.metadata.destination"}
+    )
+
+
 def _lock_destination(sender: Sender, to: str, sensitivity: str) -> Agent:
     """The destination agent, row-locked; anything unreachable is the same not-found."""
-    try:
-        pk = uuid.UUID(to)
-    except ValueError:
-        pk = None
+    pk = _agent_pk(to)
     recipient = (
         rows.first(
             Agent,
@@ -314,9 +371,7 @@ def _lock_destination(sender: Sender, to: str, sensitivity: str) -> Agent:
         else None
     )
     if recipient is None or not policy.may_deliver(sender.agent, recipient, sensitivity):
-        raise DestinationNotFound(
-            f"Destination agent not found: {to}", details={"field": "message.metadata.destination"}
-        )
+        raise _destination_not_found(to)
     return recipient
 
 
@@ -358,7 +413,7 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
                     history=[message],
                     artifacts=[_artifact("message", parts)],
                     metadata=_task_metadata(
-                        sender, recipient, Task.Type.BROADCAST, broadcastId=str(broadcast_id)
+                        sender, recipient.id, Task.Type.BROADCAST, broadcastId=str(broadcast_id)
                     ),
                     sensitivity=sensitivity,
                     search_text=search_text,
