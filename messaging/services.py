@@ -25,6 +25,7 @@ from hikyaku import metrics, rows
 from hikyaku.errors import (
     DestinationNotFound,
     InvalidRequest,
+    ServiceUnavailable,
     TaskNotCancelable,
     TaskNotFound,
     UnsupportedOperation,
@@ -509,12 +510,12 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
             f"Unknown action {action!r}; expected one of: {', '.join(ACTIONS)}.",
             details={"field": "message.metadata.action"},
         )
-    with transaction.atomic():
-        task, roles = _lock_party_task(sender, task_id)
+
+    def decide(task: Task, roles: set[str]) -> TaskEvent | None:
         refusal = _refusal(task, transition, action, roles)
         if refusal is not None:
             if _already_applied(task, sender, message):
-                return task
+                return None
             raise refusal
         from_state = task.state
         now = timezone.now()
@@ -529,10 +530,9 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
         task.history = [*task.history, follow_up]
         if transition.parts_become == "artifact" and parts:
             task.artifacts = [*task.artifacts, _artifact("result", parts)]
-        status_message = follow_up if transition.parts_become == "status" else None
         task.metadata = {**task.metadata}
-        if status_message is not None:
-            task.metadata["statusMessage"] = status_message
+        if transition.parts_become == "status":
+            task.metadata["statusMessage"] = follow_up
         else:
             task.metadata.pop("statusMessage", None)
         if transition.target is not None:
@@ -540,11 +540,7 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
             task.awaiting = transition.awaiting_target
             task.status_at = now
         task.updated_at = now
-        rows.update(
-            task,
-            ["state", "awaiting", "history", "artifacts", "metadata", "status_at", "updated_at"],
-        )
-        event = _write_event(
+        return _event_row(
             task,
             sender,
             action,
@@ -552,7 +548,8 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
             task.state,
             {"messageId": message.get("messageId"), "parts": parts},
         )
-        events.ring_after_commit(agent_ids=_party_ids(task), event_id=event.id)
+
+    task = _transition(sender, task_id, decide)
     metrics.transition(action)
     return task
 
@@ -563,8 +560,8 @@ def cancel_task(*, sender: Sender, task_id: str, while_live: bool = False) -> Ta
     With `while_live` (the per-agent A2A endpoints, where the caller owns the task the way
     A2A means it) the sender may cancel any non-terminal task: unread, working, or waiting
     for the sender's reply; the recipient sees the `cancel` event on its stream."""
-    with transaction.atomic():
-        task, roles = _lock_party_task(sender, task_id)
+
+    def decide(task: Task, roles: set[str]) -> TaskEvent:
         if task.state in TERMINAL_STATES:
             raise TaskNotCancelable(f"Task {task.id} is {task.state} and cannot be canceled.")
         unread = task.state == TaskState.INPUT_REQUIRED and task.awaiting == Task.Awaiting.RECIPIENT
@@ -573,16 +570,131 @@ def cancel_task(*, sender: Sender, task_id: str, while_live: bool = False) -> Ta
                 "Only the sender can cancel a task, and only while it is unread."
             )
         from_state = task.state
-        now = timezone.now()
         task.state, task.awaiting = TaskState.CANCELED, Task.Awaiting.NOBODY
-        task.status_at = task.updated_at = now
+        task.status_at = task.updated_at = timezone.now()
         # A question the recipient asked (block) is no longer the task's status.
         task.metadata = {k: v for k, v in task.metadata.items() if k != "statusMessage"}
-        rows.update(task, ["state", "awaiting", "metadata", "status_at", "updated_at"])
-        event = _write_event(task, sender, Kind.CANCEL, from_state, TaskState.CANCELED, {})
-        events.ring_after_commit(agent_ids=_party_ids(task), event_id=event.id)
+        return _event_row(task, sender, Kind.CANCEL, from_state, TaskState.CANCELED, {})
+
+    task = _transition(sender, task_id, decide)
     metrics.transition(Kind.CANCEL)
     return task
+
+
+_CHANGED = ["state", "awaiting", "history", "artifacts", "metadata", "status_at", "updated_at"]
+
+
+def _transition(sender: Sender, task_id: Any, decide) -> Task:
+    """Apply `decide(task, roles)` — which mutates the task in memory and returns its event
+    row, returns None for a retry of an action already applied, or raises a refusal — as one
+    compare-and-set with its event.
+
+    Postgres: read without locks, decide, then one statement that locks the parties' agent
+    rows, updates the task only if its state, awaiting and updated_at are still those read,
+    and inserts the event; a lost race reads again and decides again (so the loser gets the
+    refusal that now applies). Other databases: the same decision inside a transaction
+    holding the row locks."""
+    if connection.vendor != "postgresql":
+        with transaction.atomic():
+            task, roles = _lock_party_task(sender, task_id)
+            event = decide(task, roles)
+            if event is None:
+                return task
+            rows.update(task, _CHANGED)
+            rows.insert(event)
+            events.ring_after_commit(agent_ids=_party_ids(task), event_id=event.id)
+        metrics.events_written(1)
+        return task
+    for _attempt in range(5):
+        task, roles = _read_party_task(sender, task_id)
+        expected = (task.state, task.awaiting, task.updated_at)
+        event = decide(task, roles)
+        if event is None:
+            return task
+        if _compare_and_set(task, expected, event):
+            metrics.events_written(1)
+            events.ring_after_commit(agent_ids=_party_ids(task), event_id=event.id)
+            return task
+    raise ServiceUnavailable("The task is changing too fast; retry shortly.")
+
+
+def _read_party_task(sender: Sender, task_id: Any) -> tuple[Task, set[str]]:
+    """The task and its parties' policy fields in one unlocked read (Postgres path)."""
+    pk = _task_pk(task_id)
+    row = None
+    if pk:
+        policy_columns = ", ".join(
+            f"{alias}.{col}" for alias in ("s", "r") for col in _POLICY_COLUMNS
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {rows.select_list(Task, TASK_FIELDS)}, {policy_columns}"
+                " FROM messaging_task LEFT JOIN agents_agent s ON s.id = messaging_task.sender_id"
+                " JOIN agents_agent r ON r.id = messaging_task.recipient_id"
+                " WHERE messaging_task.id = %s AND messaging_task.tenant_id = %s"
+                " AND messaging_task.type <> %s",
+                [pk, sender.tenant.pk, Task.Type.BROADCAST_SUMMARY],
+            )
+            row = cursor.fetchone()
+    if row is None:
+        raise TaskNotFound(f"Task not found: {task_id}")
+    n = len(TASK_FIELDS)
+    task = rows.build(Task, TASK_FIELDS, row[:n])
+    roles = party_roles(sender, task)
+    if not roles:
+        raise TaskNotFound(f"Task not found: {task_id}")
+    width = len(_POLICY_COLUMNS)
+    if task.sender_id is not None:
+        task.sender = rows.build(
+            Agent, ("id", *_POLICY_FIELDS), (task.sender_id, *row[n : n + width])
+        )
+    task.recipient = rows.build(
+        Agent, ("id", *_POLICY_FIELDS), (task.recipient_id, *row[n + width :])
+    )
+    if not policy.may_read(sender.agent, task):
+        raise TaskNotFound(f"Task not found: {task_id}")
+    return task, roles
+
+
+_POLICY_FIELDS = ("name", "status", "send_to", "receive_from", "disclosure_ceiling")
+_POLICY_COLUMNS = _POLICY_FIELDS
+
+
+def _compare_and_set(task: Task, expected: tuple, event: TaskEvent) -> bool:
+    """Postgres: lock the parties (id order), update the task if unchanged since it was
+    read, insert the event — one autocommit statement. False when another change won."""
+    ids = sorted(_party_ids(task))
+    model_fields = [Task._meta.get_field(name) for name in _CHANGED]
+    assignments = ", ".join(f"{f.column} = %s" for f in model_fields)
+    event_sql, event_params = rows.insert_select(event, source="upd")
+    state, awaiting, updated_at = expected
+    sql = (
+        "WITH lk AS (SELECT id FROM agents_agent WHERE id IN ("
+        + ", ".join(["%s"] * len(ids))
+        + ") ORDER BY id FOR NO KEY UPDATE),"
+        f" upd AS (UPDATE messaging_task SET {assignments}"
+        " WHERE id = %s AND state = %s AND awaiting = %s AND updated_at = %s"
+        " AND (SELECT count(*) FROM lk) > 0 RETURNING id),"
+        f" ev AS ({event_sql} RETURNING id)"
+        " SELECT id FROM ev"
+    )
+    params = [
+        *ids,
+        *[f.get_db_prep_save(getattr(task, f.attname), connection) for f in model_fields],
+        task.pk,
+        state,
+        awaiting,
+        updated_at,
+        *event_params,
+    ]
+    guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
+    with guard, connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    event.pk = row[0]
+    return True
 
 
 def _refusal(task: Task, transition: Transition, action: str, roles: set[str]) -> Exception | None:
@@ -720,11 +832,3 @@ def _event_row(
         payload={k: v for k, v in payload.items() if v not in (None, [], {})},
         created_at=task.updated_at,
     )
-
-
-def _write_event(
-    task: Task, sender: Sender, kind: str, from_state: str, to_state: str, payload: dict
-) -> TaskEvent:
-    event = rows.insert(_event_row(task, sender, kind, from_state, to_state, payload))
-    metrics.events_written(1)
-    return event
