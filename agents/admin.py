@@ -1,5 +1,6 @@
 from django import forms
 from django.contrib import admin, messages
+from django.db import models
 
 from hikyaku.errors import InvalidRequest
 
@@ -80,6 +81,7 @@ class AgentAdmin(admin.ModelAdmin):
     date_hierarchy = "registered_at"
     readonly_fields = (
         "id",
+        "public",
         "tenant",
         "status",
         "token",
@@ -112,10 +114,15 @@ class AgentAdmin(admin.ModelAdmin):
     actions = [
         "disable",
         "enable",
+        "publish",
+        "unpublish",
         "rotate_token",
         "rotate_webhook_secret",
         "deregister",
     ]
+    formfield_overrides = {
+        models.URLField: {"form_class": forms.URLField, "assume_scheme": "https"},
+    }
 
     def has_add_permission(self, request) -> bool:
         return False  # agents register themselves with an API key
@@ -193,3 +200,13 @@ class AgentAdmin(admin.ModelAdmin):
             for agent in queryset
         ]
         self.message_user(request, "New webhook secrets: " + "; ".join(issued), messages.WARNING)
+
+    @admin.action(description="Publish selected agents (anonymous A2A callers may message them)")
+    def publish(self, request, queryset):
+        count = sum(services.set_agent_public(agent=a, public=True) for a in queryset)
+        self.message_user(request, f"{count} agent(s) published.")
+
+    @admin.action(description="Unpublish selected agents")
+    def unpublish(self, request, queryset):
+        count = sum(services.set_agent_public(agent=a, public=False) for a in queryset)
+        self.message_user(request, f"{count} agent(s) unpublished.")

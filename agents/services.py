@@ -110,6 +110,19 @@ def set_agent_enabled(*, agent: Agent, enabled: bool) -> bool:
     return bool(changed)
 
 
+def set_agent_public(*, agent: Agent, public: bool) -> bool:
+    """Publish an agent (anyone may read its card, find it in the directory and message it
+    through its A2A endpoint, DESIGN.md §8) or withdraw that. True if this call changed it.
+    Withdrawing takes effect at once; tasks already sent stay in the agent's inbox."""
+    changed = (
+        Agent.objects.filter(pk=agent.pk, tenant_id=agent.tenant_id)
+        .exclude(public=public)
+        .update(public=public)
+    )
+    agent.public = public
+    return bool(changed)
+
+
 def rotate_agent_token(*, agent: Agent) -> str:
     """Issue a new agent token; the old one stops working at once (open streams included,
     since they re-check their credential). Returns the raw token. Works for active and

@@ -281,6 +281,27 @@ HIKYAKU_WORKER_METRICS_PORT = env.int("HIKYAKU_WORKER_METRICS_PORT", default=0)
 # One access line per request on the hikyaku.request logger (hikyaku/request_log.py).
 HIKYAKU_REQUEST_LOG = env.bool("HIKYAKU_REQUEST_LOG", default=True)
 
+# Agents as A2A peers (DESIGN.md §8, docs/PEERS.md). A blocking SendMessage on an agent's own
+# endpoint waits at most HIKYAKU_BLOCKING_TIMEOUT_SECONDS for the agent to answer, holding a
+# server thread meanwhile; at most HIKYAKU_MAX_BLOCKING_WAITS such waits run per process
+# (beyond that SendMessage answers at once, as with returnImmediately).
+HIKYAKU_BLOCKING_TIMEOUT_SECONDS = env.float("HIKYAKU_BLOCKING_TIMEOUT_SECONDS", default=25.0)
+HIKYAKU_MAX_BLOCKING_WAITS = env.int("HIKYAKU_MAX_BLOCKING_WAITS", default=16)
+# Anonymous callers of public agents are rate limited per client address.
+HIKYAKU_ANONYMOUS_RATE_LIMIT_PER_MINUTE = env.int(
+    "HIKYAKU_ANONYMOUS_RATE_LIMIT_PER_MINUTE", default=60
+)
+# Reverse proxies in front of the broker that append to X-Forwarded-For (0: trust nobody and
+# use the connection's peer address as the client address).
+HIKYAKU_TRUSTED_PROXY_HOPS = env.int("HIKYAKU_TRUSTED_PROXY_HOPS", default=0)
+# Media types an agent accepts from A2A callers (its card's defaultInputModes, plus the
+# inputModes of its skills). By default everything: the broker cannot know what an ephemeral
+# agent handles, and the agent can reject a task itself. With a narrower list, other parts get
+# ContentTypeNotSupportedError (-32005).
+HIKYAKU_PEER_INPUT_MODES = env.list(
+    "HIKYAKU_PEER_INPUT_MODES", default=["text/plain", "application/json", "*/*"]
+)
+
 LOG_FORMAT = env.str("HIKYAKU_LOG_FORMAT", default="text" if DEBUG else "json")
 LOGGING = {
     "version": 1,

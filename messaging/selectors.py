@@ -48,12 +48,16 @@ def list_tasks(
     box: str = "inbox",
     peer_id: str | None = None,
     states: list[str] | None = None,
+    awaiting: str | None = None,
+    context_id: str | None = None,
     status_after: datetime | None = None,
     page_size: int = 50,
     page_token: str = "",
 ) -> TaskPage:
     """The caller's inbox (tasks delivered to it) or outbox (tasks it sent), newest status
-    change first, keyset-paged. Three queries per page whatever its size."""
+    change first, keyset-paged. Three queries per page whatever its size. `awaiting` narrows
+    `states` to tasks waiting for that party; `context_id` keeps the tasks whose original
+    message named that A2A contextId (the per-agent endpoints' conversations)."""
     tasks: QuerySet[Task] = Task.objects.filter(tenant=sender.tenant)
     if box == "outbox":
         tasks = (
@@ -67,6 +71,10 @@ def list_tasks(
         tasks = tasks.filter(recipient=sender.agent)
     if states:
         tasks = tasks.filter(state__in=states)
+    if awaiting is not None:
+        tasks = tasks.filter(awaiting=awaiting)
+    if context_id is not None:
+        tasks = tasks.filter(message__contextId=context_id)
     if status_after is not None:
         tasks = tasks.filter(status_at__gte=status_after)
     # Policy in SQL, so totalSize and paging never count or skip what the caller cannot see.

@@ -260,7 +260,12 @@ def _task_metadata(
     return metadata
 
 
-def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task:
+def deliver_unicast(
+    *, sender: Sender, message: dict[str, Any], to: str, idempotent: bool = True
+) -> Task:
+    """One task in `to`'s inbox. With `idempotent` (the broker endpoint) the messageId is the
+    sender's idempotency key; the per-agent A2A endpoints pass False because A2A does not
+    make messageId one (the A2A TCK reuses ids for distinct sends), so every send is new."""
     message_id = message.get("messageId")
     digest = content_hash(message, to)
     sensitivity = _sensitivity(message)
@@ -296,7 +301,7 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
             thread_root_id=root,
             depth=depth,
             search_text=_search_text(parts),
-            message_id=message_id,
+            message_id=message_id if idempotent else None,
             content_hash=digest,
             created_at=now,
             updated_at=now,
@@ -321,7 +326,7 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
         # The messageId was used before (a retry): the unique constraint finds it, so the
         # common path pays no extra query for idempotency. A retry whose recipient has left
         # since still gets the original delivery back.
-        existing = _existing(sender, message_id)
+        existing = _existing(sender, message_id) if idempotent else None
         if existing is None:
             raise
         return _replay(existing, digest)
@@ -584,25 +589,27 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
     return task
 
 
-def cancel_task(*, sender: Sender, task_id: str) -> Task:
-    """CancelTask: the sender withdraws a task the recipient has not read yet."""
+def cancel_task(*, sender: Sender, task_id: str, while_live: bool = False) -> Task:
+    """CancelTask: the sender withdraws a task the recipient has not read yet (compat).
+
+    With `while_live` (the per-agent A2A endpoints, where the caller owns the task the way
+    A2A means it) the sender may cancel any non-terminal task: unread, working, or waiting
+    for the sender's reply; the recipient sees the `cancel` event on its stream."""
 
     def decide(task: Task, roles: set[str]) -> TaskEvent:
         if task.state in TERMINAL_STATES:
             raise TaskNotCancelable(f"Task {task.id} is {task.state} and cannot be canceled.")
-        if (
-            "sender" not in roles
-            or task.state != TaskState.INPUT_REQUIRED
-            or task.awaiting != Task.Awaiting.RECIPIENT
-        ):
+        unread = task.state == TaskState.INPUT_REQUIRED and task.awaiting == Task.Awaiting.RECIPIENT
+        if "sender" not in roles or not (unread or while_live):
             raise TaskNotCancelable(
                 "Only the sender can cancel a task, and only while it is unread."
             )
+        from_state = task.state
         task.state, task.awaiting = TaskState.CANCELED, Task.Awaiting.NOBODY
         task.status_at = task.updated_at = timezone.now()
-        return _event_row(
-            task, sender, Kind.CANCEL, TaskState.INPUT_REQUIRED, TaskState.CANCELED, {}
-        )
+        # A question the recipient asked (block) is no longer the task's status.
+        task.metadata = {k: v for k, v in task.metadata.items() if k != "statusMessage"}
+        return _event_row(task, sender, Kind.CANCEL, from_state, TaskState.CANCELED, {})
 
     task = _transition(sender, task_id, decide)
     metrics.transition(Kind.CANCEL)

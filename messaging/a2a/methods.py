@@ -73,22 +73,19 @@ def cancel_task(call: Call) -> dict[str, Any]:
     return _wrap(call, render_task(task, call.dialect))
 
 
-def list_tasks(call: Call) -> dict[str, Any]:
-    params = call.params
-    metadata = params.get("metadata") or {}
-    box = metadata.get("box", "inbox") if isinstance(metadata, dict) else "inbox"
-    if box not in ("inbox", "outbox"):
-        raise InvalidRequest(
-            "metadata.box must be 'inbox' or 'outbox'.", details={"field": "metadata.box"}
-        )
-    me = str(call.sender.agent.id) if call.sender.agent else call.sender.caller_id
-    context_id = params.get("contextId")
-    if box == "inbox" and context_id != me:
-        raise InvalidRequest(
-            "contextId is required and must be your own agent id.", details={"field": "contextId"}
-        )
-    if context_id is not None and not isinstance(context_id, str):
-        raise InvalidRequest("contextId must be a string.", details={"field": "contextId"})
+@dataclass(frozen=True)
+class ListFilters:
+    """The filters and paging of a ListTasks request, validated."""
+
+    states: list[str] | None
+    status_after: datetime | None
+    page_size: int
+    page_token: str
+    history_length: int | None
+    include_artifacts: bool
+
+
+def list_filters(params: dict[str, Any], *, include_artifacts_default: bool) -> ListFilters:
     status = params.get("status")
     states = parse_states(status) if status not in (None, "", "TASK_STATE_UNSPECIFIED") else None
     # `since` is the old broker's name for the same filter (its CLI's `poll --since`).
@@ -109,7 +106,7 @@ def list_tasks(call: Call) -> dict[str, Any]:
             )
     page_size = _int_param(params, "pageSize", low=1, high=100, default=50)
     history_length = _int_param(params, "historyLength", low=0, high=10_000, default=None)
-    include_artifacts = params.get("includeArtifacts", True)
+    include_artifacts = params.get("includeArtifacts", include_artifacts_default)
     if not isinstance(include_artifacts, bool):
         raise InvalidRequest(
             "includeArtifacts must be a boolean.", details={"field": "includeArtifacts"}
@@ -117,24 +114,54 @@ def list_tasks(call: Call) -> dict[str, Any]:
     page_token = params.get("pageToken") or ""
     if not isinstance(page_token, str):
         raise InvalidRequest("pageToken must be a string.", details={"field": "pageToken"})
+    return ListFilters(
+        states=states,
+        status_after=status_after,
+        page_size=page_size or 50,
+        page_token=page_token,
+        history_length=history_length,
+        include_artifacts=include_artifacts,
+    )
+
+
+def list_tasks(call: Call) -> dict[str, Any]:
+    params = call.params
+    metadata = params.get("metadata") or {}
+    box = metadata.get("box", "inbox") if isinstance(metadata, dict) else "inbox"
+    if box not in ("inbox", "outbox"):
+        raise InvalidRequest(
+            "metadata.box must be 'inbox' or 'outbox'.", details={"field": "metadata.box"}
+        )
+    me = str(call.sender.agent.id) if call.sender.agent else call.sender.caller_id
+    context_id = params.get("contextId")
+    if box == "inbox" and context_id != me:
+        raise InvalidRequest(
+            "contextId is required and must be your own agent id.", details={"field": "contextId"}
+        )
+    if context_id is not None and not isinstance(context_id, str):
+        raise InvalidRequest("contextId must be a string.", details={"field": "contextId"})
+    filters = list_filters(params, include_artifacts_default=True)
     page = selectors.list_tasks(
         sender=call.sender,
         box=box,
         peer_id=context_id if box == "outbox" else None,
-        states=states,
-        status_after=status_after,
-        page_size=page_size,
-        page_token=page_token,
+        states=filters.states,
+        status_after=filters.status_after,
+        page_size=filters.page_size,
+        page_token=filters.page_token,
     )
     return {
         "tasks": [
             render_task(
-                t, call.dialect, history_length=history_length, include_artifacts=include_artifacts
+                t,
+                call.dialect,
+                history_length=filters.history_length,
+                include_artifacts=filters.include_artifacts,
             )
             for t in page.tasks
         ],
         "nextPageToken": page.next_page_token,
-        "pageSize": page_size,
+        "pageSize": filters.page_size,
         "totalSize": page.total_size,
     }
 
