@@ -57,7 +57,8 @@ from .. import selectors, services, waiting
 from ..models import Task, TaskState
 from ..services import Sender
 from . import errors
-from .methods import PushNotSupported, _int_param, list_filters
+from .methods import Call, _int_param, list_filters
+from .push import PUSH_METHODS
 from .views import _json, error_reply, not_post, parse_envelope, result_reply
 from .wire import Dialect, dialect_for, parse_message, task_v03, task_v1
 
@@ -306,8 +307,14 @@ def streaming_not_here(call: PeerCall) -> dict[str, Any]:
     raise UnsupportedOperation("Streaming is not available on this endpoint yet.")
 
 
-def push_not_supported(call: PeerCall) -> dict[str, Any]:
-    raise PushNotSupported()
+def _as_broker_call(method):
+    """A broker method (push configs) served on an agent's endpoint: the caller is the sender
+    of record, so the same party checks apply."""
+
+    def serve(call: PeerCall) -> Any:
+        return method(Call(sender=call.sender, dialect=call.dialect, params=call.params))
+
+    return serve
 
 
 def no_extended_card(call: PeerCall) -> dict[str, Any]:
@@ -327,14 +334,7 @@ PEER_METHODS: dict[str, Callable[[PeerCall], dict[str, Any]]] = {
     "message/stream": streaming_not_here,
     "SubscribeToTask": streaming_not_here,
     "tasks/resubscribe": streaming_not_here,
-    "CreateTaskPushNotificationConfig": push_not_supported,
-    "GetTaskPushNotificationConfig": push_not_supported,
-    "ListTaskPushNotificationConfigs": push_not_supported,
-    "DeleteTaskPushNotificationConfig": push_not_supported,
-    "tasks/pushNotificationConfig/set": push_not_supported,
-    "tasks/pushNotificationConfig/get": push_not_supported,
-    "tasks/pushNotificationConfig/list": push_not_supported,
-    "tasks/pushNotificationConfig/delete": push_not_supported,
+    **{name: _as_broker_call(method) for name, method in PUSH_METHODS.items()},
     "GetExtendedAgentCard": no_extended_card,
     "agent/getAuthenticatedExtendedCard": no_extended_card,
 }
