@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from hikyaku.errors import InvalidRequest, UnsupportedOperation
@@ -92,7 +92,9 @@ def list_tasks(call: Call) -> dict[str, Any]:
     if after is not None:
         try:
             status_after = datetime.fromisoformat(str(after).replace("Z", "+00:00"))
-        except ValueError:
+            if status_after.tzinfo is not None:
+                status_after = status_after.astimezone(UTC)
+        except (ValueError, OverflowError):
             raise InvalidRequest(
                 "statusTimestampAfter must be an RFC 3339 timestamp.",
                 details={"field": "statusTimestampAfter"},

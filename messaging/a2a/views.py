@@ -8,12 +8,20 @@ import json
 import logging
 from typing import Any
 
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.views.decorators.csrf import csrf_exempt
 
 from agents.auth import authenticate_agent
-from hikyaku.errors import HikyakuError, RateLimited, ServiceUnavailable, Unauthenticated, decorate
+from hikyaku import parsers
+from hikyaku.errors import (
+    HikyakuError,
+    InvalidRequest,
+    RateLimited,
+    ServiceUnavailable,
+    Unauthenticated,
+    decorate,
+)
 
 from ..services import Sender
 from . import errors
@@ -44,8 +52,8 @@ def jsonrpc(request: HttpRequest) -> HttpResponse:
             status=405,
         )
     try:
-        payload = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
+        payload = parsers.loads(request.body)
+    except ValueError:
         return _json(
             errors.response(
                 None,
@@ -112,6 +120,14 @@ def jsonrpc(request: HttpRequest) -> HttpResponse:
         return response
     except HikyakuError as exc:
         return _json(errors.response(request_id, errors.from_domain(exc)))
+    except DataError as exc:
+        # A value the database refuses (too long, out of range): the request's fault, so
+        # never a 503 that invites the client to retry the same thing forever.
+        log.warning("database refused a value during %s: %s", method, exc)
+        error = InvalidRequest(
+            "A value in the request cannot be stored (too long or out of range)."
+        )
+        return _json(errors.response(request_id, errors.from_domain(error)))
     except DatabaseError as exc:
         log.warning("database unavailable during %s: %s", method, exc.__class__.__name__)
         return _json(
