@@ -49,11 +49,16 @@ def _wrap(call: Call, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def send_message(call: Call) -> dict[str, Any]:
+    # Every parameter is checked before the send: an error after it committed would tell the
+    # client "failed" about a message that was delivered.
+    configuration = call.params.get("configuration") or {}
+    if not isinstance(configuration, dict):
+        raise InvalidRequest(
+            "params.configuration must be an object.", details={"field": "configuration"}
+        )
+    history_length = _int_param(configuration, "historyLength", low=0, high=10_000, default=None)
     message = parse_message(call.params.get("message"), call.dialect)
     task = services.send_message(sender=call.sender, message=message)
-    history_length = _int_param(
-        call.params.get("configuration") or {}, "historyLength", low=0, high=10_000, default=None
-    )
     return {"task": render_task(task, call.dialect, history_length=history_length)}
 
 

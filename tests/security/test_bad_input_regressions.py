@@ -154,3 +154,16 @@ def test_chunked_bodies_over_the_limit_are_413_not_400(broker, agent):
         )
         assert response.status_code == 413, (path, response.text[:300])
         assert response.json()["error"]["code"] == "PAYLOAD_TOO_LARGE"
+
+
+@pytest.mark.parametrize(
+    "configuration", [True, "x", [1], {"historyLength": "many"}, {"historyLength": -1}]
+)
+def test_a_bad_configuration_refuses_the_send_before_anything_is_delivered(
+    agent, peer, configuration
+):
+    # It used to deliver the message and then answer 500 (non-object) or -32602 (bad
+    # historyLength): the client was told "failed" about a message its peer had received.
+    params = {"message": message(to=peer.id), "configuration": configuration}
+    assert rpc(agent, "SendMessage", params)["error"]["code"] == -32602
+    assert not Task.objects.exists()
