@@ -1,0 +1,418 @@
+"""The cross-tenant matrix (DESIGN.md §1, §5 "Isolation"): another tenant's ids behave exactly
+like ids that do not exist.
+
+Every route of the URLconf and every JSON-RPC method is classified below. Each one that takes
+an id has probes; every probe is run by an agent of tenant B with each kind of tenant A's ids
+(active and deregistered agents, unread/completed/broadcast tasks, broadcast summaries) and
+with a random id, and the two answers must be identical — status, headers and body — once the
+id is replaced by a placeholder. Task probes are also run by an agent of tenant A that is not a
+party of the task. Afterwards tenant A's data must be untouched.
+
+`test_every_route_is_classified` and `test_every_rpc_method_is_classified` fail when a route
+or method is added without being classified here, so new surfaces cannot skip the matrix.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import URLResolver, get_resolver
+
+from agents import services as agent_services
+from agents.models import Agent
+from messaging.a2a.methods import METHODS
+from messaging.models import Task, TaskEvent
+from tenants.models import User
+from tenants.services import add_member
+from tests import factories
+from tests.messaging.rpc import act, result, send
+
+pytestmark = pytest.mark.django_db
+
+AGENT_IDS = ("active agent", "deregistered agent")
+TASK_IDS = ("unread task", "completed task", "broadcast delivery", "broadcast summary")
+
+
+@dataclass
+class Probe:
+    """One way of handing an id to the broker. `call(world, caller, the_id)` → response."""
+
+    ids: tuple[str, ...]
+    call: Callable[[World, factories.TestAgent, str], Any]
+
+
+@dataclass
+class Route:
+    why: str
+    probes: dict[str, Probe] = field(default_factory=dict)
+
+
+# Calling helpers -------------------------------------------------------------------------
+
+
+def rpc(method: str, params: Callable[[str, World, factories.TestAgent], dict], version="1.0"):
+    def call(world: World, caller: factories.TestAgent, the_id: str, path: str = "/a2a/"):
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": method,
+            "params": params(the_id, world, caller),
+        }
+        extra = {"HTTP_AUTHORIZATION": f"Bearer {caller.token}"}
+        if version:
+            extra["HTTP_A2A_VERSION"] = version
+        return Client().post(path, json.dumps(body), content_type="application/json", **extra)
+
+    return call
+
+
+def rest(method: str, path: str, body: dict | None = None):
+    def call(world: World, caller: factories.TestAgent, the_id: str):
+        client = Client(HTTP_AUTHORIZATION=f"Bearer {caller.token}")
+        url = path.format(id=the_id)
+        if body is None:
+            return getattr(client, method)(url)
+        return getattr(client, method)(url, json.dumps(body), content_type="application/json")
+
+    return call
+
+
+def with_key(world: World, caller: factories.TestAgent, the_id: str):
+    """The compat identity: caller's tenant key with another id in X-Agent-Id."""
+    key = world.b_key if caller.tenant.pk == world.b.tenant.pk else world.a_key
+    return Client().get(
+        "/api/v1/agents", HTTP_AUTHORIZATION=f"Bearer {key}", HTTP_X_AGENT_ID=the_id
+    )
+
+
+def staff_only(path: str):
+    """A tenant member who is not staff (the admin is for operators only)."""
+
+    def call(world: World, caller: factories.TestAgent, the_id: str):
+        client = Client()
+        client.force_login(world.b_user)
+        return client.get(path.format(id=the_id))
+
+    return call
+
+
+def message(the_id: str | None = None, **fields: Any) -> dict:
+    body = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "x"}]}
+    body.update(fields)
+    return body
+
+
+def send_to(the_id, world, caller):
+    return {"message": message(metadata={"destination": the_id})}
+
+
+def follow_up(action: str | None):
+    def params(the_id, world, caller):
+        meta = {"action": action} if action else {}
+        return {"message": message(taskId=the_id, metadata=meta)}
+
+    return params
+
+
+def reply_to(the_id, world, caller):
+    return {
+        "message": message(
+            referenceTaskIds=[the_id], metadata={"destination": world.caller_peer(caller).id}
+        )
+    }
+
+
+def task_param(name: str, **extra: Any):
+    return lambda the_id, world, caller: {name: the_id, **extra}
+
+
+def task_ids_param(the_id, world, caller):
+    return {"taskId": the_id, "id": the_id, "pushNotificationConfigId": the_id}
+
+
+TASK_PROBES_BY_METHOD: dict[str, dict[str, Probe]] = {
+    "SendMessage": {
+        "destination": Probe(AGENT_IDS, rpc("SendMessage", send_to)),
+        "taskId ack": Probe(TASK_IDS, rpc("SendMessage", follow_up(None))),
+        "taskId accept": Probe(TASK_IDS, rpc("SendMessage", follow_up("accept"))),
+        "taskId comment": Probe(TASK_IDS, rpc("SendMessage", follow_up("comment"))),
+        "taskId reply": Probe(TASK_IDS, rpc("SendMessage", follow_up("reply"))),
+        "referenceTaskIds": Probe(TASK_IDS, rpc("SendMessage", reply_to)),
+        "0.3 destination": Probe(
+            AGENT_IDS,
+            rpc(
+                "message/send",
+                lambda i, w, c: {
+                    "message": {
+                        "messageId": uuid.uuid4().hex,
+                        "role": "user",
+                        "parts": [{"kind": "text", "text": "x"}],
+                        "metadata": {"destination": i},
+                    }
+                },
+                version=None,
+            ),
+        ),
+    },
+    "GetTask": {
+        "id": Probe(TASK_IDS, rpc("GetTask", task_param("id"))),
+        "id, historyLength": Probe(TASK_IDS, rpc("GetTask", task_param("id", historyLength=5))),
+        "0.3 id": Probe(TASK_IDS, rpc("tasks/get", task_param("id"), version=None)),
+    },
+    "CancelTask": {
+        "id": Probe(TASK_IDS, rpc("CancelTask", task_param("id"))),
+        "0.3 id": Probe(TASK_IDS, rpc("tasks/cancel", task_param("id"), version=None)),
+    },
+    "ListTasks": {
+        "inbox contextId": Probe(AGENT_IDS, rpc("ListTasks", task_param("contextId"))),
+        "outbox contextId": Probe(
+            AGENT_IDS,
+            rpc("ListTasks", task_param("contextId", metadata={"box": "outbox"})),
+        ),
+    },
+    "SendStreamingMessage": {
+        "taskId": Probe(TASK_IDS, rpc("SendStreamingMessage", follow_up("comment"))),
+        "destination": Probe(AGENT_IDS, rpc("SendStreamingMessage", send_to)),
+    },
+    "SubscribeToTask": {"id": Probe(TASK_IDS, rpc("SubscribeToTask", task_param("id")))},
+    "push config": {
+        "taskId": Probe(TASK_IDS, rpc("GetTaskPushNotificationConfig", task_ids_param))
+    },
+}
+
+# Every JSON-RPC method, by the probes above that cover it.
+RPC_METHODS = {
+    "SendMessage": "SendMessage",
+    "message/send": "SendMessage",
+    "GetTask": "GetTask",
+    "tasks/get": "GetTask",
+    "CancelTask": "CancelTask",
+    "tasks/cancel": "CancelTask",
+    "ListTasks": "ListTasks",
+    "tasks/list": "ListTasks",
+    "SendStreamingMessage": "SendStreamingMessage",
+    "message/stream": "SendStreamingMessage",
+    "SubscribeToTask": "SubscribeToTask",
+    "tasks/resubscribe": "SubscribeToTask",
+    "CreateTaskPushNotificationConfig": "push config",
+    "GetTaskPushNotificationConfig": "push config",
+    "ListTaskPushNotificationConfigs": "push config",
+    "DeleteTaskPushNotificationConfig": "push config",
+    "tasks/pushNotificationConfig/set": "push config",
+    "tasks/pushNotificationConfig/get": "push config",
+    "tasks/pushNotificationConfig/list": "push config",
+    "tasks/pushNotificationConfig/delete": "push config",
+}
+
+
+def json_rpc(path: str) -> Route:
+    return Route(
+        "the A2A JSON-RPC endpoint: ids travel in params (RPC_METHODS)",
+        {
+            f"{method}: {name}": Probe(
+                probe.ids, lambda w, c, i, call=probe.call: call(w, c, i, path=path)
+            )
+            for method, probes in TASK_PROBES_BY_METHOD.items()
+            for name, probe in probes.items()
+        },
+    )
+
+
+ROUTES: dict[str, Route] = {
+    "healthz": Route("public liveness, no ids"),
+    "readyz": Route("public readiness, no ids"),
+    ".well-known/agent-card.json": Route("the broker's public card, no ids"),
+    "api/schema/": Route("public OpenAPI schema, no ids"),
+    "api/docs/": Route("public API docs page, no ids"),
+    "api/v1/agents": Route(
+        "tenant-scoped list and registration; ids only in X-Agent-Id",
+        {"X-Agent-Id with the caller's tenant key": Probe(AGENT_IDS, with_key)},
+    ),
+    "api/v1/agents/<str:agent_id>": Route(
+        "agent detail, update, deregistration",
+        {
+            "GET": Probe(AGENT_IDS, rest("get", "/api/v1/agents/{id}")),
+            "PATCH": Probe(
+                AGENT_IDS, rest("patch", "/api/v1/agents/{id}", {"description": "pwned"})
+            ),
+            "DELETE": Probe(AGENT_IDS, rest("delete", "/api/v1/agents/{id}")),
+        },
+    ),
+    "api/v1/agents/<str:agent_id>/token": Route(
+        "agent token rotation",
+        {"POST": Probe(AGENT_IDS, rest("post", "/api/v1/agents/{id}/token", {}))},
+    ),
+    "api/v1/tasks/<str:task_id>/events": Route(
+        "a task's timeline",
+        {"GET": Probe(TASK_IDS, rest("get", "/api/v1/tasks/{id}/events"))},
+    ),
+    "": json_rpc("/"),
+    "a2a/": json_rpc("/a2a/"),
+    "ui/": Route("web UI home: session-authenticated, no ids"),
+}
+
+# Whole subtrees classified at once (their routes come from third-party apps).
+PREFIXES: dict[str, Route] = {
+    "admin/": Route(
+        "Django admin: staff only, not a tenant surface; probed as a non-staff tenant member",
+        {
+            "agent change page": Probe(AGENT_IDS, staff_only("/admin/agents/agent/{id}/change/")),
+            "task change page": Probe(TASK_IDS, staff_only("/admin/messaging/task/{id}/change/")),
+        },
+    ),
+    "accounts/": Route("django-allauth login/signup flows: no tenant objects"),
+}
+
+
+def url_routes() -> list[str]:
+    def walk(patterns, prefix=""):
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
+            else:
+                yield prefix + str(pattern.pattern)
+
+    return sorted(set(walk(get_resolver().url_patterns)))
+
+
+def test_every_route_is_classified():
+    routes = url_routes()
+    unclassified = [r for r in routes if r not in ROUTES and not r.startswith(tuple(PREFIXES))]
+    assert not unclassified, (
+        "Routes missing from the cross-tenant matrix (classify them in "
+        f"tests/security/test_cross_tenant.py): {unclassified}"
+    )
+    stale = [r for r in ROUTES if r not in routes]
+    assert not stale, f"Classified routes that no longer exist: {stale}"
+
+
+def test_every_rpc_method_is_classified():
+    assert set(METHODS) == set(RPC_METHODS), set(METHODS) ^ set(RPC_METHODS)
+    assert set(RPC_METHODS.values()) <= set(TASK_PROBES_BY_METHOD)
+
+
+# The world --------------------------------------------------------------------------------
+
+
+@dataclass
+class World:
+    a: factories.TestAgent  # tenant A's active agent, sender of every A task
+    a_peer: factories.TestAgent  # tenant A's recipient
+    a_outsider: factories.TestAgent  # tenant A, party of no task
+    a_key: str
+    b: factories.TestAgent  # tenant B's agent: the attacker
+    b_peer: factories.TestAgent
+    b_key: str
+    b_user: Any
+    ids: dict[str, str]
+
+    def caller_peer(self, caller: factories.TestAgent) -> factories.TestAgent:
+        return self.b_peer if caller.model.tenant_id == self.b.model.tenant_id else self.a_peer
+
+
+@pytest.fixture
+def world(tenant, other_tenant) -> World:
+    a = factories.agent(tenant, name="alice")
+    a_peer = factories.agent(tenant, name="bob")
+    gone = factories.agent(tenant, name="gone")
+    unread = send(a, a_peer.id, "secret plans")
+    done = send(a, a_peer.id, "old news")
+    act(a_peer, done["id"])
+    summary = result(a, "SendMessage", {"message": {**message(), "metadata": {"destination": "*"}}})
+    delivery = Task.objects.get(broadcast_id__isnull=False, recipient=a_peer.model)
+    agent_services.deregister_agent(agent=gone.model)
+    a_outsider = factories.agent(tenant, name="carol")  # after the broadcast: party of nothing
+    b = factories.agent(other_tenant, name="mallory")
+    b_peer = factories.agent(other_tenant, name="trudy")
+    send(b, b_peer.id, "b's own traffic")
+    b_user = User.objects.create_user("mallory@example.com", None)  # no password hashing
+    add_member(tenant=other_tenant, user=b_user)
+    return World(
+        a=a,
+        a_peer=a_peer,
+        a_outsider=a_outsider,
+        a_key=factories.api_key(tenant),
+        b=b,
+        b_peer=b_peer,
+        b_key=factories.api_key(other_tenant),
+        b_user=b_user,
+        ids={
+            "active agent": a.id,
+            "deregistered agent": gone.id,
+            "unread task": unread["id"],
+            "completed task": done["id"],
+            "broadcast delivery": str(delivery.pk),
+            "broadcast summary": summary["task"]["id"],
+        },
+    )
+
+
+def snapshot(tenant) -> list:
+    """Everything of tenant A a probe could have changed."""
+    agents = Agent.objects.filter(tenant=tenant).order_by("id")
+    tasks = Task.objects.filter(tenant=tenant).order_by("id")
+    return [
+        list(agents.values_list("id", "status", "description", "token_hash", "webhook_url")),
+        list(tasks.values_list("id", "state", "awaiting", "history", "artifacts", "metadata")),
+        TaskEvent.objects.filter(tenant=tenant).count(),
+    ]
+
+
+def normalised(response, the_id: str) -> tuple:
+    body = response.content.decode("utf-8", "replace")
+    for variant in (the_id, the_id.upper(), the_id.replace("-", "")):
+        body = body.replace(variant, "<id>")
+    headers = {
+        k: v.replace(the_id, "<id>")
+        for k, v in response.headers.items()
+        if k.lower() not in ("content-length", "expires", "date")
+    }
+    return response.status_code, headers, body
+
+
+MATRIX = [
+    (route_name, probe_name, id_kind)
+    for route_name, route in {**ROUTES, **PREFIXES}.items()
+    for probe_name, probe in route.probes.items()
+    for id_kind in probe.ids
+]
+
+
+@pytest.mark.parametrize(
+    "route_name, probe_name, id_kind", MATRIX, ids=[" | ".join(m) for m in MATRIX]
+)
+def test_another_tenants_ids_behave_like_ids_that_do_not_exist(
+    world, route_name, probe_name, id_kind
+):
+    probe = {**ROUTES, **PREFIXES}[route_name].probes[probe_name]
+    their_id = world.ids[id_kind]
+    before = snapshot(world.a.tenant)
+    callers = [world.b]
+    if id_kind in TASK_IDS:
+        callers.append(world.a_outsider)  # same tenant, not a party: no oracle either
+    for caller in callers:
+        theirs = normalised(probe.call(world, caller, their_id), their_id)
+        random_id = str(uuid.uuid4())
+        nobodys = normalised(probe.call(world, caller, random_id), random_id)
+        assert theirs == nobodys, (caller.model.name, theirs, nobodys)
+        status, _, body = theirs
+        assert status < 500 and "secret plans" not in body
+    assert snapshot(world.a.tenant) == before
+
+
+def test_reusing_another_tenants_message_id_is_a_fresh_send(world):
+    """Idempotency keys are per sender: B reusing A's messageId neither replays A's task
+    nor is refused."""
+    a_task = Task.objects.get(pk=world.ids["unread task"])
+    params = {
+        "message": message(messageId=a_task.message_id, metadata={"destination": world.b_peer.id})
+    }
+    b_task = result(world.b, "SendMessage", params)["task"]
+    assert b_task["id"] != str(a_task.pk)
+    assert "secret plans" not in json.dumps(b_task)
