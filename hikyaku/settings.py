@@ -198,6 +198,18 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Every operation authenticates with a bearer credential (DESIGN.md §2): an agent token,
+    # or a tenant API key (plus X-Agent-Id when acting as an agent).
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {
+            "bearer": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "Agent token (hka_…), or tenant API key (hky_…) with X-Agent-Id.",
+            }
+        }
+    },
+    "SECURITY": [{"bearer": []}],
 }
 
 # Product settings.
