@@ -40,7 +40,7 @@ format: $(STAMP)
 	@$(BIN)/ruff format .
 
 bench: $(STAMP)
-	@$(BIN)/python -m bench.run
+	@$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 lock:
 	uv pip compile pyproject.toml --extra dev -o requirements.lock --python-version 3.11 --generate-hashes

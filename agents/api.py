@@ -189,7 +189,9 @@ class AgentListView(APIView):
         api_key = authenticate_key(request.headers.get("Authorization"))
         data = RegisterIn(data=request.data)
         data.is_valid(raise_exception=True)
-        registered = services.register_agent(tenant=api_key.tenant, **data.validated_data)
+        registered = services.register_agent(
+            tenant=api_key.tenant, registered_with=api_key, **data.validated_data
+        )
         raw_key = request.headers["Authorization"].strip().partition(" ")[2].strip()
         body = {
             "agent_id": registered.agent.id,

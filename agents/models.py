@@ -4,7 +4,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from tenants.models import Tenant
+from tenants.models import ApiKey, Tenant
 
 
 class Sensitivity(models.TextChoices):
@@ -42,6 +42,16 @@ class Agent(models.Model):
     token_hash = models.CharField(max_length=64, unique=True, null=True, blank=True, editable=False)
     token_prefix = models.CharField(max_length=8, blank=True, editable=False)
     webhook_url = models.URLField(max_length=2000, blank=True)
+    # The key the agent registered with, for the per-key agent count in the web UI. Any active
+    # key of the tenant authenticates the agent; this records provenance only.
+    registered_with = models.ForeignKey(
+        ApiKey,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="registered_agents",
+        editable=False,
+    )
     public = models.BooleanField(
         default=False, help_text="Anonymous A2A callers may message this agent."
     )

@@ -5,11 +5,12 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from dataclasses import dataclass
 
-from django.db.models import Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 
 from hikyaku.errors import AgentNotFound, InvalidRequest
-from tenants.models import Tenant
+from tenants.models import ApiKey, Tenant
 
 from .models import Agent
 
@@ -69,3 +70,71 @@ def list_active_agents(
         page = page[:limit]
         next_cursor = encode_cursor([page[-1].name, str(page[-1].id)])
     return page, next_cursor
+
+
+# Web UI reads ------------------------------------------------------------------------------
+
+LIVE_STATUSES = (Agent.Status.ACTIVE, Agent.Status.DISABLED)
+
+
+def agent_in_tenant(*, tenant: Tenant, agent_id: str | uuid.UUID) -> Agent:
+    """An agent of this tenant in any status (people still read deregistered agents' history);
+    malformed, unknown and other tenants' ids are the same AgentNotFound."""
+    pk = parse_agent_id(str(agent_id))
+    agent = Agent.objects.filter(tenant=tenant, pk=pk).first() if pk else None
+    if agent is None:
+        raise AgentNotFound(f"Agent not found: {agent_id}")
+    agent.tenant = tenant
+    return agent
+
+
+def agent_status_counts(*, tenant: Tenant) -> dict[str, int]:
+    """How many agents the tenant has in each status, in one query."""
+    counts = {status: 0 for status in Agent.Status.values}
+    rows = Agent.objects.filter(tenant=tenant).values("status").annotate(n=Count("id"))
+    for row in rows.order_by():
+        counts[row["status"]] = row["n"]
+    return counts
+
+
+def agents_by_status(*, tenant: Tenant, status: str, q: str = "") -> QuerySet[Agent]:
+    """The tenant's agents in one status, matching `q` in name or description. Active and
+    disabled agents sort by name; deregistered ones most recent first."""
+    agents = Agent.objects.filter(tenant=tenant, status=status)
+    if q:
+        agents = agents.filter(Q(name__icontains=q) | Q(description__icontains=q))
+    if status == Agent.Status.DEREGISTERED:
+        return agents.order_by("-deregistered_at", "id")
+    return agents.order_by("name", "id")
+
+
+def api_keys_with_agent_counts(*, tenant: Tenant) -> QuerySet[ApiKey]:
+    """The tenant's API keys, unrevoked first then newest first, each annotated with
+    `agent_count`: its registered agents that are not deregistered. One query."""
+    return (
+        ApiKey.objects.filter(tenant=tenant)
+        .annotate(
+            agent_count=Count(
+                "registered_agents", filter=Q(registered_agents__status__in=LIVE_STATUSES)
+            )
+        )
+        .order_by(F("revoked_at").desc(nulls_first=True), "-created_at")
+    )
+
+
+@dataclass(frozen=True)
+class RevocationImpact:
+    last_active_key: bool  # no other active key of the tenant remains
+    agents_deregistered: int
+
+
+def revocation_impact(*, api_key: ApiKey) -> RevocationImpact:
+    """What revoking this key would do (agents.services.revoke_api_key): when no other active
+    key remains, every live agent of the tenant is deregistered."""
+    others = ApiKey.objects.filter(ApiKey.active_q(), tenant_id=api_key.tenant_id).exclude(
+        pk=api_key.pk
+    )
+    if others.exists():
+        return RevocationImpact(last_active_key=False, agents_deregistered=0)
+    live = Agent.objects.filter(tenant_id=api_key.tenant_id, status__in=LIVE_STATUSES).count()
+    return RevocationImpact(last_active_key=True, agents_deregistered=live)

@@ -29,6 +29,7 @@ def register_agent(
     description: str = "",
     skills: list[dict[str, Any]] | None = None,
     webhook_url: str = "",
+    registered_with: ApiKey | None = None,
 ) -> RegisteredAgent:
     raw = new_agent_token()
     with transaction.atomic():
@@ -47,6 +48,7 @@ def register_agent(
             description=description,
             skills=skills or [],
             webhook_url=webhook_url,
+            registered_with=registered_with,
             token_hash=hash_secret(raw),
             token_prefix=display_prefix(raw),
         )

@@ -48,6 +48,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "hikyaku.middleware.security_headers_middleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "hikyaku.middleware.BodyLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -72,6 +74,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "webui.context_processors.navigation",
             ],
         },
     },
@@ -120,6 +123,7 @@ ACCOUNT_EMAIL_VERIFICATION = env.str("HIKYAKU_EMAIL_VERIFICATION", default="opti
 ACCOUNT_LOGOUT_ON_GET = False
 LOGIN_REDIRECT_URL = "/ui/"
 LOGIN_URL = "/accounts/login/"
+ACCOUNT_LOGOUT_REDIRECT_URL = "/accounts/login/"
 EMAIL_BACKEND = env.str(
     "DJANGO_EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend"
 )
@@ -150,6 +154,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = env.str("DJANGO_STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
+# WhiteNoise serves static files from every server (uvicorn, granian, daphne). It finds them in
+# the apps and static/ as well, so `make run` and tests need no collectstatic first.
+WHITENOISE_USE_FINDERS = True
 
 # Security headers.
 SECURE_CONTENT_TYPE_NOSNIFF = True

@@ -1,5 +1,8 @@
+import os
+
 from django.contrib import admin
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
@@ -32,10 +35,21 @@ urlpatterns = [
     path("accounts/", include("allauth.urls")),
     path("", include("messaging.urls")),
     path("ui/", include("webui.urls")),
+    path("favicon.ico", RedirectView.as_view(url="/static/img/favicon.svg", permanent=True)),
 ]
 
+# The benchmark's floor view (bench/floor.py), mounted only for `make bench`.
+if os.environ.get("HIKYAKU_BENCH_FLOOR") == "1":
+    urlpatterns.append(path("", include("bench.floor")))
 
-def _json_not_found(request: HttpRequest, exception=None) -> JsonResponse:
+
+# Pages for people answer 404 with a page; every other surface with the JSON error envelope.
+HTML_PREFIXES = ("/ui/", "/accounts/")
+
+
+def _json_not_found(request: HttpRequest, exception=None) -> HttpResponse:
+    if request.path.startswith(HTML_PREFIXES):
+        return render(request, "404.html", status=404)
     return JsonResponse({"error": {"code": "NOT_FOUND", "message": "Not found."}}, status=404)
 
 

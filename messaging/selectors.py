@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from agents.selectors import decode_cursor, encode_cursor
 from hikyaku.errors import InvalidRequest, TaskNotFound
 
 from . import policy
-from .models import Task, TaskEvent
+from .models import Task, TaskEvent, TaskState
 from .services import Sender, party_roles
 
 
@@ -125,3 +125,97 @@ def task_events(
         page = page[:limit]
         next_cursor = encode_cursor([page[-1].id])
     return task, page, next_cursor
+
+
+# Web UI reads -------------------------------------------------------------------------------
+# People see every task of the agents of a tenant they belong to: agent policy (allow-lists,
+# disclosure ceilings) governs what agents may read, not what the tenant's members may.
+
+
+@dataclass(frozen=True)
+class BoxPage:
+    tasks: list[Task]
+    next_cursor: str  # "" on the last page
+
+
+def agent_box(
+    *,
+    tenant: Any,
+    agent: Any,
+    box: str,
+    state: str = "",
+    q: str = "",
+    cursor: str = "",
+    page_size: int = 25,
+) -> BoxPage:
+    """One page of an agent's inbox (tasks delivered to it) or sent box (tasks it sent; a
+    broadcast appears once, as its summary), newest status change first, keyset-paged.
+    One query whatever the page size."""
+    tasks = _box(tenant=tenant, agent=agent, box=box)
+    if state:
+        tasks = tasks.filter(state=state)
+    if q:
+        tasks = tasks.filter(search_text__icontains=q)
+    if cursor:
+        stamp, last_id = decode_cursor(cursor, length=2)
+        try:
+            stamp_dt, last_pk = datetime.fromisoformat(stamp), uuid.UUID(last_id)
+        except (TypeError, ValueError):
+            raise InvalidRequest("Invalid cursor.", details={"cursor": ["invalid"]}) from None
+        tasks = tasks.filter(Q(status_at__lt=stamp_dt) | Q(status_at=stamp_dt, id__lt=last_pk))
+    page = list(
+        tasks.select_related("sender", "recipient").order_by("-status_at", "-id")[: page_size + 1]
+    )
+    next_cursor = ""
+    if len(page) > page_size:
+        page = page[:page_size]
+        next_cursor = encode_cursor([page[-1].status_at.isoformat(), str(page[-1].id)])
+    return BoxPage(tasks=page, next_cursor=next_cursor)
+
+
+def agent_box_counts(*, tenant: Any, agent: Any, box: str) -> dict[str, int]:
+    """How many tasks of the box are in each state, in one query."""
+    counts = {state: 0 for state in TaskState.values}
+    rows = _box(tenant=tenant, agent=agent, box=box).values("state").annotate(n=Count("id"))
+    for row in rows.order_by():
+        counts[row["state"]] = row["n"]
+    return counts
+
+
+def _box(*, tenant: Any, agent: Any, box: str) -> QuerySet[Task]:
+    tasks = Task.objects.filter(tenant=tenant)
+    if box == "sent":
+        return tasks.filter(sender=agent).exclude(type=Task.Type.BROADCAST)
+    return tasks.filter(recipient=agent)
+
+
+def tenant_task(*, tenant: Any, task_id: Any) -> Task:
+    """Any task of the tenant; malformed, unknown and other tenants' ids are TaskNotFound."""
+    pk = _uuid_or_none(task_id)
+    task = (
+        Task.objects.select_related("sender", "recipient").filter(tenant=tenant, pk=pk).first()
+        if pk
+        else None
+    )
+    if task is None:
+        raise TaskNotFound(f"Task not found: {task_id}")
+    return task
+
+
+def task_timeline(*, tenant: Any, task: Task) -> list[TaskEvent]:
+    """Every event of the task, oldest first, with its acting agent."""
+    return list(
+        TaskEvent.objects.filter(tenant=tenant, task=task).select_related("actor").order_by("id")
+    )
+
+
+def broadcast_deliveries(*, tenant: Any, summary: Task) -> list[Task]:
+    """The delivery tasks of a broadcast summary, by recipient name."""
+    if summary.broadcast_id is None:
+        return []
+    return list(
+        Task.objects.filter(tenant=tenant, broadcast_id=summary.broadcast_id)
+        .exclude(pk=summary.pk)
+        .select_related("recipient")
+        .order_by("recipient__name", "id")
+    )

@@ -30,7 +30,7 @@ from hikyaku.errors import (
 )
 from tenants.models import Tenant
 
-from . import events, policy
+from . import events, policy, rows
 from .models import TERMINAL_STATES, Task, TaskEvent, TaskState
 
 Kind = TaskEvent.Kind
@@ -242,7 +242,7 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
             parent, root, depth = _thread(sender, message)
             now = timezone.now()
             parts = message["parts"]
-            task = Task.objects.create(
+            task = Task(
                 tenant=sender.tenant,
                 sender=sender.agent,
                 caller_id=sender.caller_id,
@@ -271,6 +271,7 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
                 updated_at=now,
                 status_at=now,
             )
+            rows.insert(task)
             event = _write_event(
                 task, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {"messageId": message_id}
             )
@@ -294,9 +295,13 @@ def _lock_destination(sender: Sender, to: str, sensitivity: str) -> Agent:
     except ValueError:
         pk = None
     recipient = (
-        Agent.objects.select_for_update()
-        .filter(tenant=sender.tenant, pk=pk, status=Agent.Status.ACTIVE)
-        .first()
+        rows.first(
+            Agent,
+            "SELECT id, tenant_id, name, status, send_to, receive_from, disclosure_ceiling"
+            " FROM agents_agent WHERE id = %s AND tenant_id = %s AND status = %s"
+            + rows.lock_clause(no_key=True),
+            [rows.prep(Agent, "id", pk), rows.prep(Agent, "tenant", sender.tenant.pk), "active"],
+        )
         if pk
         else None
     )
@@ -320,7 +325,7 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
     parts = message["parts"]
     try:
         with transaction.atomic():
-            candidates = Agent.objects.select_for_update().filter(
+            candidates = Agent.objects.select_for_update(no_key=True).filter(
                 tenant=sender.tenant, status=Agent.Status.ACTIVE
             )
             if sender.agent is not None:
@@ -441,26 +446,13 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
             f"Unknown action {action!r}; expected one of: {', '.join(ACTIONS)}.",
             details={"field": "message.metadata.action"},
         )
-    pk = _task_pk(task_id)
     with transaction.atomic():
-        task = (
-            Task.objects.select_for_update(of=("self",))
-            .select_related("sender", "recipient")
-            .filter(tenant=sender.tenant, pk=pk)
-            .exclude(type=Task.Type.BROADCAST_SUMMARY)
-            .first()
-            if pk
-            else None
-        )
-        roles = party_roles(sender, task) if task is not None else set()
-        if task is None or not roles or not policy.may_read(sender.agent, task):
-            raise TaskNotFound(f"Task not found: {task_id}")
+        task, roles = _lock_party_task(sender, task_id)
         refusal = _refusal(task, transition, action, roles)
         if refusal is not None:
             if _already_applied(task, sender, message):
                 return task
             raise refusal
-        _lock_parties(task)
         from_state = task.state
         now = timezone.now()
         parts = message.get("parts") or []
@@ -485,16 +477,9 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
             task.awaiting = transition.awaiting_target
             task.status_at = now
         task.updated_at = now
-        task.save(
-            update_fields=[
-                "state",
-                "awaiting",
-                "history",
-                "artifacts",
-                "metadata",
-                "status_at",
-                "updated_at",
-            ]
+        rows.update(
+            task,
+            ["state", "awaiting", "history", "artifacts", "metadata", "status_at", "updated_at"],
         )
         event = _write_event(
             task,
@@ -511,20 +496,8 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
 
 def cancel_task(*, sender: Sender, task_id: str) -> Task:
     """CancelTask: the sender withdraws a task the recipient has not read yet."""
-    pk = _task_pk(task_id)
     with transaction.atomic():
-        task = (
-            Task.objects.select_for_update(of=("self",))
-            .select_related("sender", "recipient")
-            .filter(tenant=sender.tenant, pk=pk)
-            .exclude(type=Task.Type.BROADCAST_SUMMARY)
-            .first()
-            if pk
-            else None
-        )
-        roles = party_roles(sender, task) if task is not None else set()
-        if task is None or not roles or not policy.may_read(sender.agent, task):
-            raise TaskNotFound(f"Task not found: {task_id}")
+        task, roles = _lock_party_task(sender, task_id)
         if task.state in TERMINAL_STATES:
             raise TaskNotCancelable(f"Task {task.id} is {task.state} and cannot be canceled.")
         if (
@@ -535,11 +508,10 @@ def cancel_task(*, sender: Sender, task_id: str) -> Task:
             raise TaskNotCancelable(
                 "Only the sender can cancel a task, and only while it is unread."
             )
-        _lock_parties(task)
         now = timezone.now()
         task.state, task.awaiting = TaskState.CANCELED, Task.Awaiting.NOBODY
         task.status_at = task.updated_at = now
-        task.save(update_fields=["state", "awaiting", "status_at", "updated_at"])
+        rows.update(task, ["state", "awaiting", "status_at", "updated_at"])
         event = _write_event(
             task, sender, Kind.CANCEL, TaskState.INPUT_REQUIRED, TaskState.CANCELED, {}
         )
@@ -623,14 +595,46 @@ def _party_ids(task: Task) -> list[uuid.UUID]:
     return [i for i in {task.sender_id, task.recipient_id} if i is not None]
 
 
-def _lock_parties(task: Task) -> None:
-    ids = sorted(_party_ids(task))
-    list(
-        Agent.objects.select_for_update()
-        .filter(pk__in=ids)
-        .order_by("id")
-        .values_list("id", flat=True)
+def _lock_party_task(sender: Sender, task_id: Any) -> tuple[Task, set[str]]:
+    """The task, row-locked, with the agent rows of its parties locked after it in id order
+    (and loaded for the policy check). Anything the caller may not see is TaskNotFound."""
+    pk = _task_pk(task_id)
+    task = (
+        rows.first(
+            Task,
+            "SELECT * FROM messaging_task WHERE id = %s AND tenant_id = %s AND type <> %s"
+            + rows.lock_clause(),
+            [
+                rows.prep(Task, "id", pk),
+                rows.prep(Task, "tenant", sender.tenant.pk),
+                Task.Type.BROADCAST_SUMMARY,
+            ],
+        )
+        if pk
+        else None
     )
+    roles = party_roles(sender, task) if task is not None else set()
+    if task is None or not roles:
+        raise TaskNotFound(f"Task not found: {task_id}")
+    parties = _lock_parties(task)
+    if task.sender_id is not None:
+        task.sender = parties[task.sender_id]
+    task.recipient = parties[task.recipient_id]
+    if not policy.may_read(sender.agent, task):
+        raise TaskNotFound(f"Task not found: {task_id}")
+    return task, roles
+
+
+def _lock_parties(task: Task) -> dict[uuid.UUID, Agent]:
+    ids = sorted(_party_ids(task))
+    placeholders = ", ".join(["%s"] * len(ids))
+    agents = Agent.objects.raw(
+        "SELECT id, tenant_id, name, status, send_to, receive_from, disclosure_ceiling"
+        f" FROM agents_agent WHERE id IN ({placeholders}) ORDER BY id"
+        + rows.lock_clause(no_key=True),
+        [rows.prep(Agent, "id", i) for i in ids],
+    )
+    return {agent.id: agent for agent in agents}
 
 
 def _event_row(
@@ -654,7 +658,6 @@ def _event_row(
 def _write_event(
     task: Task, sender: Sender, kind: str, from_state: str, to_state: str, payload: dict
 ) -> TaskEvent:
-    event = _event_row(task, sender, kind, from_state, to_state, payload)
-    event.save(force_insert=True)
+    event = rows.insert(_event_row(task, sender, kind, from_state, to_state, payload))
     metrics.events_written(1)
     return event

@@ -32,3 +32,25 @@ def api_keys_by_prefix_or_raw(value: str) -> QuerySet[ApiKey]:
         return ApiKey.objects.filter(key_hash=hash_secret(value))
     prefix = value.removeprefix("hky_")[:8]
     return ApiKey.objects.filter(prefix=prefix) if len(prefix) == 8 else ApiKey.objects.none()
+
+
+def memberships_for_user(*, user: User) -> QuerySet[Membership]:
+    """The user's memberships with their tenants, by tenant name."""
+    return (
+        Membership.objects.select_related("tenant")
+        .filter(user=user)
+        .order_by("tenant__name", "tenant__slug")
+    )
+
+
+def members_of(*, tenant: Tenant) -> QuerySet[Membership]:
+    """The tenant's memberships with their users: owners first, then by email."""
+    return (
+        Membership.objects.select_related("user")
+        .filter(tenant=tenant)
+        .order_by("-role", "user__email")
+    )
+
+
+def user_by_email(*, email: str) -> User | None:
+    return User.objects.filter(email__iexact=email.strip()).first()

@@ -1,0 +1,257 @@
+"""Starts the broker the way production runs it, on the benchmark's own database.
+
+Request/response: granian in WSGI mode serving `hikyaku.wsgi:application` (docs/ARCHITECTURE.md,
+Serving topology). Streams, when a phase needs them: uvicorn serving `hikyaku.asgi:application`.
+Both share Postgres and Redis. The database is dropped and recreated for every run so that
+runs are comparable; Redis is used on its own logical database, which is flushed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class ServerConfig:
+    database_url: str
+    redis_url: str
+    host: str
+    port: int
+    stream_port: int
+    workers: int
+    threads: int
+    conn_max_age: int
+    log_dir: Path
+
+    @property
+    def database_name(self) -> str:
+        return urlsplit(self.database_url).path.lstrip("/")
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def stream_url(self) -> str:
+        return f"http://{self.host}:{self.stream_port}"
+
+
+def server_env(cfg: ServerConfig) -> dict[str, str]:
+    """The environment of every server process and management command of the run."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "hikyaku.settings",
+            "DJANGO_DEBUG": "false",
+            "DJANGO_SECRET_KEY": "bench-" + secrets.token_hex(24),
+            "DJANGO_ALLOWED_HOSTS": f"{cfg.host},localhost,127.0.0.1",
+            "DATABASE_URL": cfg.database_url,
+            "DATABASE_CONN_MAX_AGE": str(cfg.conn_max_age),
+            "REDIS_URL": cfg.redis_url,
+            "CELERY_BROKER_URL": cfg.redis_url,
+            # The per-key limit (1,200/min by default) would stop the benchmark's one tenant
+            # after a second; the limiter still runs, it just never trips.
+            "HIKYAKU_RATE_LIMIT_PER_MINUTE": "100000000",
+            "HIKYAKU_BENCH_FLOOR": "1",
+            "HIKYAKU_READ_DOT_ENV": "false",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+def reset_database(cfg: ServerConfig) -> None:
+    """Drop and recreate the benchmark database (it holds nothing but benchmark data)."""
+    name = cfg.database_name
+    if not name.replace("_", "").isalnum() or "bench" not in name:
+        raise SystemExit(f"Refusing to drop database {name!r}: its name must contain 'bench'.")
+    parts = urlsplit(cfg.database_url)
+    admin_url = urlunsplit((parts.scheme, parts.netloc, "/postgres", parts.query, ""))
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def reset_redis(cfg: ServerConfig) -> None:
+    redis.Redis.from_url(cfg.redis_url).flushdb()
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"manage.py {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
+    return result.stdout
+
+
+def prepare_database(cfg: ServerConfig, env: dict[str, str]) -> str:
+    """Fresh database, migrations, the floor's table and a tenant key; returns the key."""
+    reset_database(cfg)
+    reset_redis(cfg)
+    manage(env, "migrate", "--no-input", "-v0")
+    manage(env, "shell", "-c", "from bench.floor import ensure_table; ensure_table()")
+    created = json.loads(manage(env, "createapikey", "--tenant", "bench", "--json"))
+    return created["api_key"]
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex((host, port)) != 0
+
+
+def _wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"The server exited with {proc.returncode}; see {log}")
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"The server did not answer {url}/healthz within {timeout_s} s; see {log}")
+
+
+class ServerProcess:
+    """One server process tree we started (and are the only ones to stop)."""
+
+    def __init__(self, name: str, cmd: list[str], env: dict[str, str], url: str, log: Path):
+        self.name, self.cmd, self.env, self.url, self.log = name, cmd, env, url, log
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> None:
+        parts = urlsplit(self.url)
+        if not _port_free(parts.hostname or "127.0.0.1", parts.port or 80):
+            raise SystemExit(f"Port {parts.port} is taken; choose another with --port.")
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                self.cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+        _wait_ready(self.url, self.proc, self.log)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def web_server(cfg: ServerConfig, env: dict[str, str]) -> ServerProcess:
+    cmd = [
+        str(BIN / "granian"),
+        "--interface",
+        "wsgi",
+        "--host",
+        cfg.host,
+        "--port",
+        str(cfg.port),
+        "--workers",
+        str(cfg.workers),
+        "--blocking-threads",
+        str(cfg.threads),
+        "--no-ws",
+        "--log-level",
+        "warning",
+        "hikyaku.wsgi:application",
+    ]
+    return ServerProcess("web", cmd, env, cfg.base_url, cfg.log_dir / "web.log")
+
+
+def stream_server(cfg: ServerConfig, env: dict[str, str]) -> ServerProcess:
+    cmd = [
+        str(BIN / "uvicorn"),
+        "hikyaku.asgi:application",
+        "--host",
+        cfg.host,
+        "--port",
+        str(cfg.stream_port),
+        "--no-access-log",
+        "--log-level",
+        "warning",
+        "--timeout-graceful-shutdown",
+        "3",
+    ]
+    return ServerProcess("streams", cmd, env, cfg.stream_url, cfg.log_dir / "streams.log")
+
+
+def environment(cfg: ServerConfig) -> dict:
+    """What the figures were measured on."""
+    info: dict = {
+        "cpus": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "kernel": os.uname().release,
+        "python": sys.version.split()[0],
+        "loadavg_at_start": os.getloadavg(),
+        "granian": _version([str(BIN / "granian"), "--version"]),
+        "wrk": _version(["wrk", "-v"]),
+        "git_commit": _version(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]),
+        "server": {
+            "web": f"granian --interface wsgi --workers {cfg.workers} "
+            f"--blocking-threads {cfg.threads} hikyaku.wsgi:application",
+            "conn_max_age": cfg.conn_max_age,
+        },
+    }
+    parts = urlsplit(cfg.database_url)
+    admin_url = urlunsplit((parts.scheme, parts.netloc, "/postgres", parts.query, ""))
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        info["postgres"] = {
+            name: conn.execute(f"SHOW {name}").fetchone()[0]
+            for name in (
+                "server_version",
+                "synchronous_commit",
+                "fsync",
+                "wal_sync_method",
+                "shared_buffers",
+            )
+        }
+    info["redis"] = redis.Redis.from_url(cfg.redis_url).info("server").get("redis_version")
+    return info
+
+
+def _cpu_model() -> str:
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def _version(cmd: list[str]) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except OSError:
+        return "absent"
+    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else ""

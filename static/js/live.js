@@ -1,0 +1,66 @@
+// Live regions: <div data-live-region data-live-events="<EventSource URL>"
+// data-live-fragment="<URL of the region's HTML>">. When an event arrives on the stream the
+// region's HTML is fetched again and swapped in (at most one fetch in flight, coalescing
+// bursts). A [data-live-status] element shows whether the stream is connected. Pages without
+// an events URL are simply not live.
+"use strict";
+
+(function () {
+  function setStatus(state, text) {
+    document.querySelectorAll("[data-live-status]").forEach(function (el) {
+      el.setAttribute("data-live-status", state);
+      var label = el.querySelector(".live-text");
+      if (label) label.textContent = text;
+    });
+  }
+
+  function makeLive(region) {
+    var eventsUrl = region.getAttribute("data-live-events");
+    var fragmentUrl = region.getAttribute("data-live-fragment");
+    if (!eventsUrl || !fragmentUrl || !window.EventSource) return;
+
+    var fetching = false;
+    var again = false;
+    function refresh() {
+      if (fetching) { again = true; return; }
+      fetching = true;
+      fetch(fragmentUrl, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
+        .then(function (response) {
+          if (!response.ok) throw new Error("HTTP " + response.status);
+          return response.text();
+        })
+        .then(function (html) {
+          region.innerHTML = html;
+          region.dispatchEvent(new CustomEvent("live:updated", { bubbles: true }));
+        })
+        .catch(function () { /* the next event retries */ })
+        .finally(function () {
+          fetching = false;
+          if (again) { again = false; refresh(); }
+        });
+    }
+
+    var source = new EventSource(eventsUrl, { withCredentials: true });
+    setStatus("connecting", "Connecting…");
+    source.addEventListener("open", function () { setStatus("live", "Live"); });
+    source.addEventListener("ready", function () { setStatus("live", "Live"); });
+    source.addEventListener("error", function () {
+      // EventSource reconnects by itself; the region is refreshed once it is back.
+      setStatus(source.readyState === EventSource.CLOSED ? "offline" : "connecting",
+        source.readyState === EventSource.CLOSED ? "Offline — reload to refresh" : "Reconnecting…");
+    });
+    ["message", "task-update"].forEach(function (name) {
+      source.addEventListener(name, refresh);
+    });
+    var opened = false;
+    source.addEventListener("open", function () {
+      if (opened) refresh();  // a reconnect: catch up on anything missed meanwhile
+      opened = true;
+    });
+    window.addEventListener("pagehide", function () { source.close(); });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("[data-live-region]").forEach(makeLive);
+  });
+})();

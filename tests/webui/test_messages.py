@@ -1,0 +1,262 @@
+"""Inbox, sent box, task page and sending as an agent, through the Django test client."""
+
+import re
+import uuid
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from messaging.models import Task
+from messaging.services import Sender, act_on_task, send_message
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+
+def send(sender, to, *parts, message_id=None, **metadata):
+    return send_message(
+        sender=Sender(tenant=sender.tenant, agent=sender.model),
+        message={
+            "messageId": message_id or uuid.uuid4().hex,
+            "role": "ROLE_USER",
+            "parts": list(parts) or [{"text": "hello"}],
+            "metadata": {"destination": to if isinstance(to, str) else to.id, **metadata},
+        },
+    )
+
+
+def act(agent, task, action, *parts):
+    return act_on_task(
+        sender=Sender(tenant=agent.tenant, agent=agent.model),
+        task_id=str(task.pk),
+        action=action,
+        message={"messageId": uuid.uuid4().hex, "parts": list(parts)},
+    )
+
+
+def task_ids(html: str) -> list[str]:
+    return re.findall(r'data-task-id="([^"]+)"', html)
+
+
+def queries_for(client, path: str) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(path).status_code == 200
+    return len(captured)
+
+
+# Inbox and sent ---------------------------------------------------------------------------
+
+
+def test_inbox_lists_what_the_agent_received_newest_first(owner_client, agent, peer):
+    first = send(agent, peer, {"text": "first"})
+    second = send(agent, peer, {"text": "second <b>bold</b>"})
+    send(peer, agent, {"text": "not for bob"})
+    html = owner_client.get(f"/ui/t/acme/agents/{peer.id}/inbox/").content.decode()
+    assert task_ids(html) == [str(second.pk), str(first.pk)]
+    assert "second &lt;b&gt;bold&lt;/b&gt;" in html and "Unread" in html
+
+
+def test_inbox_filters_by_state_and_searches_text(owner_client, agent, peer):
+    done = send(agent, peer, {"text": "deploy the frontend"})
+    act(peer, done, "ack")
+    open_task = send(agent, peer, {"text": "review the backend"})
+    base = f"/ui/t/acme/agents/{peer.id}/inbox/"
+    assert task_ids(owner_client.get(base + "?state=completed").content.decode()) == [str(done.pk)]
+    assert task_ids(owner_client.get(base + "?state=input_required").content.decode()) == [
+        str(open_task.pk)
+    ]
+    assert task_ids(owner_client.get(base + "?q=BACKEND").content.decode()) == [str(open_task.pk)]
+    html = owner_client.get(base + "?q=nothing-like-this").content.decode()
+    assert task_ids(html) == [] and "No match" in html
+
+
+def test_inbox_pages_with_a_cursor(owner_client, agent, peer):
+    sent = [send(agent, peer, {"text": f"message {n}"}) for n in range(30)]
+    base = f"/ui/t/acme/agents/{peer.id}/inbox/"
+    first = owner_client.get(base).content.decode()
+    assert len(task_ids(first)) == 25
+    older = re.search(r'href="\?cursor=([^"]+)"', first).group(1)
+    second = owner_client.get(f"{base}?cursor={older}").content.decode()
+    assert task_ids(second) == [str(t.pk) for t in reversed(sent[:5])]
+    assert "Older" not in second and "Newest" in second
+    assert owner_client.get(f"{base}?cursor=garbage").status_code == 200
+
+
+def test_inbox_runs_in_constant_queries(owner_client, agent, peer):
+    send(agent, peer)
+    path = f"/ui/t/acme/agents/{peer.id}/inbox/"
+    baseline = queries_for(owner_client, path)
+    for n in range(10):
+        send(agent if n % 2 else factories.agent(agent.tenant, name=f"s{n}"), peer)
+    assert queries_for(owner_client, path) == baseline
+    # session, user, membership, agent, page of tasks, state counts, switcher
+    assert baseline == 7
+
+
+def test_sent_box_shows_a_broadcast_once(owner_client, tenant, agent, peer):
+    factories.agent(tenant, name="carol")
+    unicast = send(agent, peer)
+    summary = send(agent, "*", {"text": "to everyone"})
+    html = owner_client.get(f"/ui/t/acme/agents/{agent.id}/sent/").content.decode()
+    assert task_ids(html) == [str(summary.pk), str(unicast.pk)]
+    assert "Everyone (2)" in html
+
+
+def test_the_list_fragment_is_the_list_alone(owner_client, agent, peer):
+    task = send(agent, peer)
+    html = owner_client.get(f"/ui/t/acme/agents/{peer.id}/inbox/?fragment=1").content.decode()
+    assert str(task.pk) in html and "<html" not in html
+
+
+def test_deregistered_agents_history_stays_readable(owner_client, agent, peer):
+    task = send(agent, peer)
+    owner_client.post(f"/ui/t/acme/agents/{peer.id}/deregister/")
+    html = owner_client.get(f"/ui/t/acme/agents/{peer.id}/inbox/").content.decode()
+    assert task_ids(html) == [str(task.pk)]
+
+
+# The task page ----------------------------------------------------------------------------
+
+
+def test_task_page_shows_the_full_timeline(owner_client, agent, peer):
+    task = send(agent, peer, {"text": "build it"})
+    act(peer, task, "accept")
+    act(peer, task, "comment", {"text": "halfway there"})
+    act(peer, task, "complete", {"text": "done: v1.2.3"})
+    html = owner_client.get(f"/ui/t/acme/tasks/{task.pk}/").content.decode()
+    kinds = re.findall(r'data-event-kind="(\w+)"', html)
+    assert kinds == ["created", "accept", "comment", "complete"]
+    timeline = html[html.index('data-testid="timeline"') :]
+    assert "<strong>alice</strong>" in timeline and "<strong>bob</strong>" in timeline
+    assert "Working → Completed" in timeline
+    assert "halfway there" in timeline
+    assert "Result" in html and "done: v1.2.3" in html
+
+
+def test_task_page_renders_parts_safely(owner_client, agent, peer):
+    task = send(
+        agent,
+        peer,
+        {"text": "<script>alert(1)</script>\nsecond line"},
+        {"data": {"ticket": 42, "tags": ["<x>"]}},
+        {"url": "https://example.com/report?a=1&b=2", "filename": "report.html"},
+        {"url": "javascript:alert(1)"},
+        {"raw": "aGVsbG8=", "filename": "hello.txt", "mediaType": "text/plain"},
+    )
+    html = owner_client.get(f"/ui/t/acme/tasks/{task.pk}/").content.decode()
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;<br>second line" in html
+    assert (
+        "{\n  &quot;tags&quot;: [\n    &quot;&lt;x&gt;&quot;\n  ],\n  &quot;ticket&quot;: 42\n}"
+        in html
+    )
+    assert (
+        '<a href="https://example.com/report?a=1&amp;b=2" rel="noopener noreferrer" '
+        'target="_blank">report.html</a>'
+    ) in html
+    assert 'href="javascript:' not in html and "<code>javascript:alert(1)</code>" in html
+    assert "hello.txt" in html and "5\xa0bytes" in html
+
+
+def test_task_page_shows_the_question_of_a_blocked_task(owner_client, agent, peer):
+    task = send(agent, peer)
+    act(peer, task, "accept")
+    act(peer, task, "block", {"text": "Which branch?"})
+    html = owner_client.get(f"/ui/t/acme/tasks/{task.pk}/").content.decode()
+    assert "Question to the sender" in html and "Which branch?" in html
+    assert "Waiting for sender" in html
+
+
+def test_a_broadcast_summary_lists_its_deliveries(owner_client, tenant, agent, peer):
+    carol = factories.agent(tenant, name="carol")
+    summary = send(agent, "*", {"text": "standup"})
+    html = owner_client.get(f"/ui/t/acme/tasks/{summary.pk}/").content.decode()
+    deliveries = html[html.index('data-testid="deliveries"') :]
+    assert "bob" in deliveries and "carol" in deliveries
+    assert Task.objects.filter(broadcast_id=summary.broadcast_id).count() == 3
+    assert carol.model.name in deliveries
+
+
+def test_task_page_runs_in_constant_queries(owner_client, agent, peer):
+    task = send(agent, peer)
+    path = f"/ui/t/acme/tasks/{task.pk}/"
+    baseline = queries_for(owner_client, path)
+    act(peer, task, "accept")
+    for n in range(5):
+        act(peer if n % 2 else agent, task, "comment", {"text": f"note {n}"})
+    assert queries_for(owner_client, path) == baseline
+
+
+# Sending as an agent ----------------------------------------------------------------------
+
+
+def send_form(client, **fields):
+    page = client.get("/ui/t/acme/send/")
+    once = re.search(r'name="once" value="([^"]+)"', page.content.decode()).group(1)
+    data = {"text": "", "data": "", "sensitivity": "internal", "once": once, **fields}
+    return client.post("/ui/t/acme/send/", data)
+
+
+def test_a_member_sends_a_unicast_as_an_agent(member_client, agent, peer):
+    response = send_form(member_client, sender=agent.id, to=peer.id, text="please review #12")
+    task = Task.objects.get(recipient=peer.model)
+    assert response["Location"] == f"/ui/t/acme/tasks/{task.pk}/"
+    assert task.sender_id == agent.model.id and task.state == "input_required"
+    assert task.message["parts"] == [{"text": "please review #12"}]
+    assert task.events.get().kind == "created"
+
+
+def test_sending_a_broadcast_with_data(owner_client, tenant, agent, peer):
+    factories.agent(tenant, name="carol")
+    send_form(owner_client, sender=agent.id, to="*", text="release", data='{"version": "1.2"}')
+    summary = Task.objects.get(type="broadcast_summary")
+    assert summary.metadata["recipientCount"] == 2
+    assert summary.message["parts"] == [{"text": "release"}, {"data": {"version": "1.2"}}]
+
+
+def test_resubmitting_the_send_form_delivers_once(owner_client, agent, peer):
+    page = owner_client.get("/ui/t/acme/send/")
+    once = re.search(r'name="once" value="([^"]+)"', page.content.decode()).group(1)
+    data = {
+        "sender": agent.id,
+        "to": peer.id,
+        "text": "once",
+        "data": "",
+        "sensitivity": "internal",
+    }
+    first = owner_client.post("/ui/t/acme/send/", {**data, "once": once})
+    again = owner_client.post("/ui/t/acme/send/", {**data, "once": once})
+    assert first["Location"] == again["Location"]
+    assert Task.objects.filter(recipient=peer.model).count() == 1
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({"text": "", "data": ""}, "Write a message, or give data, or both."),
+        ({"text": "x", "data": "{nope"}, "Not valid JSON"),
+    ],
+)
+def test_send_form_errors(owner_client, agent, peer, fields, error):
+    response = send_form(owner_client, sender=agent.id, to=peer.id, **fields)
+    assert response.status_code == 400 and error in response.content.decode()
+    assert not Task.objects.exists()
+
+
+def test_cannot_send_as_or_to_an_agent_outside_the_active_ones(owner_client, agent, peer, stranger):
+    for fields in (
+        {"sender": stranger.id, "to": peer.id},
+        {"sender": agent.id, "to": stranger.id},
+    ):
+        response = send_form(owner_client, text="hi", **fields)
+        assert response.status_code == 400 and "Select a valid choice" in response.content.decode()
+    assert not Task.objects.exists()
+
+
+def test_policy_refusals_are_form_errors(owner_client, agent, peer):
+    agent.model.send_to = []
+    agent.model.save(update_fields=["send_to"])
+    response = send_form(owner_client, sender=agent.id, to=peer.id, text="hi")
+    assert response.status_code == 400
+    assert "Destination agent not found" in response.content.decode()

@@ -1,0 +1,148 @@
+"""Forms of the web UI. They parse and validate input; the services do the writes."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django import forms
+from django.utils import timezone
+
+from agents.models import Agent, Sensitivity
+from hikyaku.errors import HikyakuError
+from tenants.models import Membership
+
+EXPIRY_CHOICES = [
+    ("never", "Never"),
+    ("7", "In 7 days"),
+    ("30", "In 30 days"),
+    ("90", "In 90 days"),
+    ("365", "In 1 year"),
+    ("custom", "On a date…"),
+]
+
+
+def add_service_error(form: forms.Form, error: HikyakuError) -> None:
+    """Show a domain error on the fields it names (details), else on the whole form."""
+    fields = [f for f in (error.details or {}) if f in form.fields]
+    if not fields:
+        form.add_error(None, error.message)
+    for field in fields:
+        form.add_error(field, error.message)
+
+
+class TenantForm(forms.Form):
+    name = forms.CharField(max_length=200, widget=forms.TextInput(attrs={"autofocus": True}))
+    slug = forms.SlugField(
+        max_length=64,
+        required=False,
+        help_text="Used in URLs. Letters, digits and dashes; made from the name when empty.",
+    )
+
+
+class AddMemberForm(forms.Form):
+    email = forms.EmailField(
+        help_text="The person must already have a Hikyaku account (they can sign up first)."
+    )
+    role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.MEMBER)
+
+
+class ApiKeyForm(forms.Form):
+    label = forms.CharField(
+        max_length=200,
+        required=False,
+        help_text="What or who uses this key, e.g. “CI runners”.",
+    )
+    expires = forms.ChoiceField(choices=EXPIRY_CHOICES, initial="never", label="Expires")
+    expires_on = forms.DateField(
+        required=False,
+        label="Expiry date (UTC)",
+        widget=forms.DateInput(attrs={"type": "date"}),
+        help_text="Only with “On a date…”: the key stops working at the start of this day.",
+    )
+    # A one-time token of the form instance. Submitting the same form twice (a reload of the
+    # page that showed the new key resubmits it) creates nothing and shows no key.
+    once = forms.CharField(widget=forms.HiddenInput, max_length=64)
+
+    def clean(self) -> dict:
+        data = super().clean()
+        choice = data.get("expires")
+        if choice == "custom":
+            day = data.get("expires_on")
+            if day is None:
+                self.add_error("expires_on", "Pick the expiry date.")
+            elif day <= timezone.now().date():
+                self.add_error("expires_on", "The expiry date must be in the future.")
+        return data
+
+    def expires_at(self) -> datetime | None:
+        choice = self.cleaned_data["expires"]
+        if choice == "never":
+            return None
+        if choice == "custom":
+            day = self.cleaned_data["expires_on"]
+            return datetime(day.year, day.month, day.day, tzinfo=UTC)
+        return timezone.now() + timedelta(days=int(choice))
+
+
+BROADCAST = "*"
+
+
+class SendMessageForm(forms.Form):
+    """A message sent by a person as one of the tenant's active agents."""
+
+    sender = forms.ChoiceField(label="Send as")
+    to = forms.ChoiceField(label="To")
+    text = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 6}),
+        max_length=100_000,
+    )
+    data = forms.CharField(
+        required=False,
+        label="Data (JSON, optional)",
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false", "class": "mono"}),
+        help_text='Sent as a data part, e.g. {"ticket": 42}.',
+    )
+    sensitivity = forms.ChoiceField(choices=Sensitivity.choices, initial=Sensitivity.INTERNAL)
+    # The message's messageId: resubmitting the same form never delivers twice.
+    once = forms.CharField(widget=forms.HiddenInput, max_length=64)
+
+    def __init__(self, *args: Any, agents: list[Agent], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        choices = [(str(agent.pk), agent.name) for agent in agents]
+        self.fields["sender"].choices = choices
+        self.fields["to"].choices = [(BROADCAST, "Everyone (broadcast)"), *choices]
+
+    def clean_data(self) -> Any:
+        raw = self.cleaned_data["data"].strip()
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc}") from None
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if not data.get("text", "").strip() and data.get("data") is None:
+            raise forms.ValidationError("Write a message, or give data, or both.")
+        return data
+
+    def message(self) -> dict[str, Any]:
+        """The A2A 1.0 Message (ProtoJSON), as the JSON-RPC surface would hand it over."""
+        parts: list[dict[str, Any]] = []
+        if self.cleaned_data["text"].strip():
+            parts.append({"text": self.cleaned_data["text"]})
+        if self.cleaned_data["data"] is not None:
+            parts.append({"data": self.cleaned_data["data"]})
+        metadata: dict[str, Any] = {"destination": self.cleaned_data["to"]}
+        if self.cleaned_data["sensitivity"] != Sensitivity.INTERNAL:
+            metadata["sensitivity"] = self.cleaned_data["sensitivity"]
+        return {
+            "messageId": self.cleaned_data["once"],
+            "role": "ROLE_USER",
+            "parts": parts,
+            "metadata": metadata,
+        }

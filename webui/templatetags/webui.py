@@ -1,0 +1,113 @@
+"""Template filters of the web UI."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from django import template
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.timesince import timesince
+
+from messaging.models import TaskState
+
+register = template.Library()
+
+
+@register.filter
+def ago(value: datetime | None) -> str:
+    """A <time> element reading "just now" or "5 minutes ago", the full time on hover."""
+    if value is None:
+        return ""
+    delta = (timezone.now() - value).total_seconds()
+    text = "just now" if delta < 60 else f"{timesince(value)} ago"
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        value.isoformat(),
+        value.strftime("%Y-%m-%d %H:%M:%S UTC"),
+        text,
+    )
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    """Indented JSON text (escaped by the template like any other text)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+@register.filter
+def http_url(value: Any) -> str:
+    """The URL if it is http(s), else "" — so a javascript: or data: URL is never a link."""
+    if not isinstance(value, str):
+        return ""
+    return value if urlsplit(value.strip()).scheme.lower() in ("http", "https") else ""
+
+
+@register.filter
+def raw_size(part: dict) -> int:
+    """Decoded size in bytes of a raw (base64) part."""
+    data = part.get("raw") or ""
+    return len(data) * 3 // 4 - data.count("=", -2) if isinstance(data, str) else 0
+
+
+@register.filter
+def actor_name(event: Any) -> str:
+    if event.actor_id is not None and event.actor is not None:
+        return event.actor.name
+    return event.actor_label or "—"
+
+
+@register.filter
+def party_name(task: Any, side: str) -> str:
+    """The sender's or recipient's name; an external A2A caller by its caller id."""
+    if side == "sender":
+        return task.sender.name if task.sender_id else f"external: {task.caller_id}"
+    if task.recipient_id:
+        return task.recipient.name
+    count = (task.metadata or {}).get("recipientCount", 0)
+    return f"Everyone ({count})"
+
+
+@register.filter
+def preview(task: Any) -> str:
+    text = (task.search_text or "").strip()
+    if text:
+        return text
+    kinds = [next(iter(k for k in part if k in PART_KINDS), "part") for part in _parts(task)]
+    return ", ".join(f"[{kind}]" for kind in kinds) or "—"
+
+
+PART_KINDS = ("text", "data", "url", "raw")
+
+
+def _parts(task: Any) -> list[dict]:
+    message = task.message or {}
+    return [p for p in message.get("parts") or [] if isinstance(p, dict)]
+
+
+@register.filter
+def follow_ups(task: Any) -> list[dict]:
+    """The messages after the original one, in order."""
+    return [m for m in (task.history or [])[1:] if isinstance(m, dict)]
+
+
+@register.filter
+def results(task: Any) -> list[dict]:
+    """Result artifacts (the first artifact is the delivered message itself, compat)."""
+    return [a for a in (task.artifacts or [])[1:] if isinstance(a, dict)]
+
+
+@register.filter
+def state_label(task: Any) -> str:
+    if task.state == "input_required":
+        return "Unread" if task.awaiting == "recipient" else "Waiting for sender"
+    return task.get_state_display()
+
+
+@register.filter
+def state_name(value: str) -> str:
+    """A stored task state ("input_required") as people read it ("Input required")."""
+    return dict(TaskState.choices).get(value, value)

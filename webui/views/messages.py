@@ -1,0 +1,150 @@
+"""Messages: an agent's inbox and sent box, a task's page with its timeline, and sending a
+message as one of the tenant's agents (through the same service as the A2A API)."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import NoReverseMatch, reverse
+
+from agents import selectors as agent_selectors
+from agents.models import Agent
+from hikyaku.errors import HikyakuError
+from messaging import selectors as messaging_selectors
+from messaging.models import Task, TaskState
+from messaging.services import Sender, send_message
+
+from ..forms import BROADCAST, SendMessageForm, add_service_error
+from .base import TenantContext, render_page, tenant_view
+
+TASKS_PER_PAGE = 25
+STATE_LABELS = {
+    TaskState.INPUT_REQUIRED: "Input required",
+    TaskState.WORKING: "Working",
+    TaskState.COMPLETED: "Completed",
+    TaskState.REJECTED: "Rejected",
+    TaskState.FAILED: "Failed",
+    TaskState.CANCELED: "Canceled",
+}
+
+
+def live_events_url(ctx: TenantContext, agent: Agent) -> str:
+    """The session-authenticated event stream of an agent, once the streams work provides
+    the URL `webui:agent-events`; until then pages are simply not live."""
+    try:
+        return reverse("webui:agent-events", kwargs={"slug": ctx.tenant.slug, "agent_id": agent.pk})
+    except NoReverseMatch:
+        return ""
+
+
+def _box_view(request: HttpRequest, ctx: TenantContext, agent_id: Any, box: str) -> HttpResponse:
+    agent = agent_selectors.agent_in_tenant(tenant=ctx.tenant, agent_id=agent_id)
+    state = request.GET.get("state", "")
+    if state not in TaskState.values:
+        state = ""
+    q = request.GET.get("q", "").strip()[:200]
+    cursor = request.GET.get("cursor", "")
+    try:
+        page = messaging_selectors.agent_box(
+            tenant=ctx.tenant,
+            agent=agent,
+            box=box,
+            state=state,
+            q=q,
+            cursor=cursor,
+            page_size=TASKS_PER_PAGE,
+        )
+    except HikyakuError:  # a mangled cursor: start from the newest
+        page = messaging_selectors.agent_box(
+            tenant=ctx.tenant, agent=agent, box=box, state=state, q=q, page_size=TASKS_PER_PAGE
+        )
+        cursor = ""
+    context = {
+        "section": "agents",
+        "agent": agent,
+        "box": box,
+        "tasks": page.tasks,
+        "next_cursor": page.next_cursor,
+        "cursor": cursor,
+        "state": state,
+        "q": q,
+    }
+    if request.GET.get("fragment"):
+        # The list alone, for live refreshes (static/js/live.js).
+        return render_page(request, "webui/_task_list.html", context, ctx=ctx)
+    counts = messaging_selectors.agent_box_counts(tenant=ctx.tenant, agent=agent, box=box)
+    context.update(
+        total=sum(counts.values()),
+        filters=[(value, STATE_LABELS[value], counts[value]) for value in TaskState.values],
+        live_url=live_events_url(ctx, agent),
+    )
+    return render_page(request, "webui/agent_box.html", context, ctx=ctx)
+
+
+@tenant_view()
+def inbox(request: HttpRequest, ctx: TenantContext, agent_id: Any) -> HttpResponse:
+    return _box_view(request, ctx, agent_id, "inbox")
+
+
+@tenant_view()
+def sent(request: HttpRequest, ctx: TenantContext, agent_id: Any) -> HttpResponse:
+    return _box_view(request, ctx, agent_id, "sent")
+
+
+@tenant_view()
+def task_detail(request: HttpRequest, ctx: TenantContext, task_id: Any) -> HttpResponse:
+    task = messaging_selectors.tenant_task(tenant=ctx.tenant, task_id=task_id)
+    context = {
+        "section": "agents",
+        "task": task,
+        "events": messaging_selectors.task_timeline(tenant=ctx.tenant, task=task),
+        "deliveries": (
+            messaging_selectors.broadcast_deliveries(tenant=ctx.tenant, summary=task)
+            if task.type == Task.Type.BROADCAST_SUMMARY
+            else []
+        ),
+    }
+    if request.GET.get("fragment"):
+        return render_page(request, "webui/_task_body.html", context, ctx=ctx)
+    watched = task.recipient or task.sender
+    context["live_url"] = live_events_url(ctx, watched) if watched else ""
+    return render_page(request, "webui/task.html", context, ctx=ctx)
+
+
+@tenant_view()
+def send(request: HttpRequest, ctx: TenantContext) -> HttpResponse:
+    """Send a unicast or broadcast as one of the tenant's active agents (owners and members):
+    messaging.services.send_message, exactly as the A2A SendMessage method calls it."""
+    agents, _ = agent_selectors.list_active_agents(tenant=ctx.tenant, limit=1000)
+    if request.method == "POST":
+        form = SendMessageForm(request.POST, agents=agents)
+        if form.is_valid():
+            sender_agent = next(a for a in agents if str(a.pk) == form.cleaned_data["sender"])
+            try:
+                task = send_message(
+                    sender=Sender(tenant=ctx.tenant, agent=sender_agent),
+                    message=form.message(),
+                )
+            except HikyakuError as error:
+                add_service_error(form, error)
+            else:
+                return redirect("webui:task", slug=ctx.tenant.slug, task_id=task.pk)
+        status = 400
+    else:
+        initial = {"once": secrets.token_hex(16), "to": BROADCAST}
+        if request.GET.get("from"):
+            initial["sender"] = request.GET["from"]
+        if request.GET.get("to"):
+            initial["to"] = request.GET["to"]
+        form = SendMessageForm(initial=initial, agents=agents)
+        status = 200
+    return render_page(
+        request,
+        "webui/send.html",
+        {"section": "send", "form": form, "agents": agents},
+        ctx=ctx,
+        status=status,
+    )
