@@ -15,6 +15,7 @@ or method is added without being classified here, so new surfaces cannot skip th
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +29,8 @@ from agents import services as agent_services
 from agents.models import Agent
 from messaging.a2a.methods import METHODS
 from messaging.models import Task, TaskEvent
-from tenants.models import User
+from tenants.models import ApiKey, Membership, User
+from tenants.selectors import api_key_by_raw
 from tenants.services import add_member
 from tests import factories
 from tests.messaging.rpc import act, result, send
@@ -36,6 +38,7 @@ from tests.messaging.rpc import act, result, send
 pytestmark = pytest.mark.django_db
 
 AGENT_IDS = ("active agent", "deregistered agent")
+KEY_IDS = ("api key",)
 TASK_IDS = ("unread task", "completed task", "broadcast delivery", "broadcast summary")
 
 
@@ -45,6 +48,9 @@ class Probe:
 
     ids: tuple[str, ...]
     call: Callable[[World, factories.TestAgent, str], Any]
+    # Read-only, and succeeds with the caller's own id: the positive control that proves the
+    # probe reaches its target (a mistyped path would be "not found" both ways).
+    control: bool = False
 
 
 @dataclass
@@ -100,6 +106,66 @@ def staff_only(path: str):
         return client.get(path.format(id=the_id))
 
     return call
+
+
+FIXED_ID = "00000000-0000-4000-8000-000000000000"
+
+
+def ui(method: str, path: str, form: dict | None = None):
+    """A page of the web UI, as an owner of tenant B logged in with a session.
+
+    `{id}` in the path or form is the probed id, `{mine}` tenant B's slug and `{any}` a fixed
+    id (for routes probed by their tenant slug)."""
+
+    def call(world: World, caller: factories.TestAgent, the_id: str):
+        client = Client()
+        client.force_login(world.b_user)
+        values = {"id": the_id, "mine": world.b.tenant.slug, "any": FIXED_ID}
+        url = path.format(**values)
+        if method == "get":
+            return client.get(url)
+        data = {k: v.format(**values) for k, v in (form or {}).items()}
+        return client.post(url, data)
+
+    return call
+
+
+def ui_tenant_route(why: str, path: str, *methods: str, form: dict | None = None) -> Route:
+    """A page under /ui/t/<slug>/ without object ids: probed with tenant A's slug."""
+    return Route(
+        why,
+        {
+            method.upper(): Probe(
+                ("tenant slug",),
+                ui(method, path.format(slug="{id}"), form),
+                control=method == "get",
+            )
+            for method in methods
+        },
+    )
+
+
+def ui_object_route(
+    why: str, path: str, kinds: tuple[str, ...], *methods: str, form: dict | None = None
+) -> Route:
+    """A page of one object of the tenant: probed with A's slug, and with B's slug and A's ids."""
+    probes = {
+        f"{method.upper()} tenant slug": Probe(
+            ("tenant slug",), ui(method, path.format(slug="{id}", obj="{any}"), form)
+        )
+        for method in methods
+    }
+    probes.update(
+        {
+            method.upper(): Probe(
+                kinds,
+                ui(method, path.format(slug="{mine}", obj="{id}"), form),
+                control=method == "get",
+            )
+            for method in methods
+        }
+    )
+    return Route(why, probes)
 
 
 def message(the_id: str | None = None, **fields: Any) -> dict:
@@ -161,19 +227,24 @@ TASK_PROBES_BY_METHOD: dict[str, dict[str, Probe]] = {
         ),
     },
     "GetTask": {
-        "id": Probe(TASK_IDS, rpc("GetTask", task_param("id"))),
-        "id, historyLength": Probe(TASK_IDS, rpc("GetTask", task_param("id", historyLength=5))),
-        "0.3 id": Probe(TASK_IDS, rpc("tasks/get", task_param("id"), version=None)),
+        "id": Probe(TASK_IDS, rpc("GetTask", task_param("id")), control=True),
+        "id, historyLength": Probe(
+            TASK_IDS, rpc("GetTask", task_param("id", historyLength=5)), control=True
+        ),
+        "0.3 id": Probe(TASK_IDS, rpc("tasks/get", task_param("id"), version=None), control=True),
     },
     "CancelTask": {
         "id": Probe(TASK_IDS, rpc("CancelTask", task_param("id"))),
         "0.3 id": Probe(TASK_IDS, rpc("tasks/cancel", task_param("id"), version=None)),
     },
     "ListTasks": {
-        "inbox contextId": Probe(AGENT_IDS, rpc("ListTasks", task_param("contextId"))),
+        "inbox contextId": Probe(
+            AGENT_IDS, rpc("ListTasks", task_param("contextId")), control=True
+        ),
         "outbox contextId": Probe(
             AGENT_IDS,
             rpc("ListTasks", task_param("contextId", metadata={"box": "outbox"})),
+            control=True,
         ),
     },
     "SendStreamingMessage": {
@@ -216,7 +287,9 @@ def json_rpc(path: str) -> Route:
         "the A2A JSON-RPC endpoint: ids travel in params (RPC_METHODS)",
         {
             f"{method}: {name}": Probe(
-                probe.ids, lambda w, c, i, call=probe.call: call(w, c, i, path=path)
+                probe.ids,
+                lambda w, c, i, call=probe.call: call(w, c, i, path=path),
+                control=probe.control,
             )
             for method, probes in TASK_PROBES_BY_METHOD.items()
             for name, probe in probes.items()
@@ -232,12 +305,12 @@ ROUTES: dict[str, Route] = {
     "api/docs/": Route("public API docs page, no ids"),
     "api/v1/agents": Route(
         "tenant-scoped list and registration; ids only in X-Agent-Id",
-        {"X-Agent-Id with the caller's tenant key": Probe(AGENT_IDS, with_key)},
+        {"X-Agent-Id with the caller's tenant key": Probe(AGENT_IDS, with_key, control=True)},
     ),
     "api/v1/agents/<str:agent_id>": Route(
         "agent detail, update, deregistration",
         {
-            "GET": Probe(AGENT_IDS, rest("get", "/api/v1/agents/{id}")),
+            "GET": Probe(AGENT_IDS, rest("get", "/api/v1/agents/{id}"), control=True),
             "PATCH": Probe(
                 AGENT_IDS, rest("patch", "/api/v1/agents/{id}", {"description": "pwned"})
             ),
@@ -250,11 +323,80 @@ ROUTES: dict[str, Route] = {
     ),
     "api/v1/tasks/<str:task_id>/events": Route(
         "a task's timeline",
-        {"GET": Probe(TASK_IDS, rest("get", "/api/v1/tasks/{id}/events"))},
+        {"GET": Probe(TASK_IDS, rest("get", "/api/v1/tasks/{id}/events"), control=True)},
     ),
     "": json_rpc("/"),
     "a2a/": json_rpc("/a2a/"),
-    "ui/": Route("web UI home: session-authenticated, no ids"),
+    "ui/": Route("web UI home: the user's own memberships, no ids"),
+    "ui/tenants/new/": Route("creates a tenant of one's own, no ids"),
+    "ui/t/<slug:slug>/": ui_tenant_route("tenant overview", "/ui/t/{slug}/", "get"),
+    "ui/t/<slug:slug>/members/": ui_tenant_route("members", "/ui/t/{slug}/members/", "get"),
+    "ui/t/<slug:slug>/members/add/": ui_tenant_route(
+        "add a member",
+        "/ui/t/{slug}/members/add/",
+        "post",
+        form={"email": "mallory@example.com", "role": "owner"},
+    ),
+    "ui/t/<slug:slug>/leave/": ui_tenant_route("leave", "/ui/t/{slug}/leave/", "get", "post"),
+    "ui/t/<slug:slug>/keys/": ui_tenant_route("keys", "/ui/t/{slug}/keys/", "get"),
+    "ui/t/<slug:slug>/keys/new/": ui_tenant_route(
+        "create a key",
+        "/ui/t/{slug}/keys/new/",
+        "get",
+        "post",
+        form={"label": "x", "expires": "never", "once": "0123456789abcdef"},
+    ),
+    "ui/t/<slug:slug>/keys/<uuid:key_id>/revoke/": ui_object_route(
+        "revoke a key", "/ui/t/{slug}/keys/{obj}/revoke/", KEY_IDS, "get", "post"
+    ),
+    "ui/t/<slug:slug>/agents/": ui_tenant_route("agents", "/ui/t/{slug}/agents/", "get"),
+    "ui/t/<slug:slug>/agents/<uuid:agent_id>/": ui_object_route(
+        "agent page", "/ui/t/{slug}/agents/{obj}/", AGENT_IDS, "get"
+    ),
+    "ui/t/<slug:slug>/agents/<uuid:agent_id>/disable/": ui_object_route(
+        "disable an agent", "/ui/t/{slug}/agents/{obj}/disable/", AGENT_IDS, "post"
+    ),
+    "ui/t/<slug:slug>/agents/<uuid:agent_id>/enable/": ui_object_route(
+        "enable an agent", "/ui/t/{slug}/agents/{obj}/enable/", AGENT_IDS, "post"
+    ),
+    "ui/t/<slug:slug>/agents/<uuid:agent_id>/deregister/": ui_object_route(
+        "deregister an agent", "/ui/t/{slug}/agents/{obj}/deregister/", AGENT_IDS, "get", "post"
+    ),
+    "ui/t/<slug:slug>/agents/<uuid:agent_id>/inbox/": ui_object_route(
+        "an agent's inbox", "/ui/t/{slug}/agents/{obj}/inbox/", AGENT_IDS, "get"
+    ),
+    "ui/t/<slug:slug>/agents/<uuid:agent_id>/sent/": ui_object_route(
+        "an agent's sent tasks", "/ui/t/{slug}/agents/{obj}/sent/", AGENT_IDS, "get"
+    ),
+    "ui/t/<slug:slug>/tasks/<uuid:task_id>/": ui_object_route(
+        "a task's page", "/ui/t/{slug}/tasks/{obj}/", TASK_IDS, "get"
+    ),
+    "ui/t/<slug:slug>/send/": Route(
+        "send as one of the tenant's agents: ids in the query and the form",
+        {
+            "GET tenant slug": Probe(("tenant slug",), ui("get", "/ui/t/{id}/send/"), control=True),
+            "GET ?from=&to=": Probe(
+                AGENT_IDS, ui("get", "/ui/t/{mine}/send/?from={id}&to={id}"), control=True
+            ),
+            "POST sender": Probe(
+                AGENT_IDS,
+                ui(
+                    "post",
+                    "/ui/t/{mine}/send/",
+                    {"sender": "{id}", "to": "*", "text": "hi", "once": "0123456789abcdef"},
+                ),
+            ),
+            "POST to": Probe(
+                AGENT_IDS,
+                ui(
+                    "post",
+                    "/ui/t/{mine}/send/",
+                    {"sender": "{id}", "to": "{id}", "text": "hi", "once": "0123456789abcdef"},
+                ),
+            ),
+        },
+    ),
+    "favicon.ico": Route("a redirect to a static file, no ids"),
 }
 
 # Whole subtrees classified at once (their routes come from third-party apps).
@@ -310,7 +452,8 @@ class World:
     b_peer: factories.TestAgent
     b_key: str
     b_user: Any
-    ids: dict[str, str]
+    ids: dict[str, str]  # tenant A's, by kind
+    own: dict[str, str]  # tenant B's, by kind (positive controls)
 
     def caller_peer(self, caller: factories.TestAgent) -> factories.TestAgent:
         return self.b_peer if caller.model.tenant_id == self.b.model.tenant_id else self.a_peer
@@ -330,17 +473,19 @@ def world(tenant, other_tenant) -> World:
     a_outsider = factories.agent(tenant, name="carol")  # after the broadcast: party of nothing
     b = factories.agent(other_tenant, name="mallory")
     b_peer = factories.agent(other_tenant, name="trudy")
-    send(b, b_peer.id, "b's own traffic")
+    b_task = send(b, b_peer.id, "b's own traffic")
+    b_key = factories.api_key(other_tenant)
     b_user = User.objects.create_user("mallory@example.com", None)  # no password hashing
-    add_member(tenant=other_tenant, user=b_user)
+    add_member(tenant=other_tenant, user=b_user, role=Membership.Role.OWNER)
+    a_key = factories.api_key(tenant)
     return World(
         a=a,
         a_peer=a_peer,
         a_outsider=a_outsider,
-        a_key=factories.api_key(tenant),
+        a_key=a_key,
         b=b,
         b_peer=b_peer,
-        b_key=factories.api_key(other_tenant),
+        b_key=b_key,
         b_user=b_user,
         ids={
             "active agent": a.id,
@@ -349,6 +494,14 @@ def world(tenant, other_tenant) -> World:
             "completed task": done["id"],
             "broadcast delivery": str(delivery.pk),
             "broadcast summary": summary["task"]["id"],
+            "tenant slug": tenant.slug,
+            "api key": str(api_key_by_raw(a_key).pk),
+        },
+        own={
+            "active agent": b.id,
+            "unread task": b_task["id"],
+            "tenant slug": other_tenant.slug,
+            "api key": str(api_key_by_raw(b_key).pk),
         },
     )
 
@@ -361,19 +514,34 @@ def snapshot(tenant) -> list:
         list(agents.values_list("id", "status", "description", "token_hash", "webhook_url")),
         list(tasks.values_list("id", "state", "awaiting", "history", "artifacts", "metadata")),
         TaskEvent.objects.filter(tenant=tenant).count(),
+        list(ApiKey.objects.filter(tenant=tenant).values_list("id", "revoked_at", "expires_at")),
+        list(Membership.objects.filter(tenant=tenant).values_list("user_id", "role")),
     ]
 
 
+# Values that differ on every render of a page: CSRF tokens, one-time form tokens, cookies.
+PER_RENDER = re.compile(r'(value="|csrftoken=|sessionid=|messages=)[A-Za-z0-9:_\-]{16,}')
+
+
 def normalised(response, the_id: str) -> tuple:
-    body = response.content.decode("utf-8", "replace")
-    for variant in (the_id, the_id.upper(), the_id.replace("-", "")):
-        body = body.replace(variant, "<id>")
+    def clean(text: str) -> str:
+        for variant in (the_id, the_id.upper(), the_id.replace("-", "")):
+            text = text.replace(variant, "<id>")
+        text = re.sub(r"expires=[^;]*", "expires=<time>", text)
+        return PER_RENDER.sub(r"\1<token>", text)
+
     headers = {
-        k: v.replace(the_id, "<id>")
+        k: clean(v)
         for k, v in response.headers.items()
         if k.lower() not in ("content-length", "expires", "date")
     }
-    return response.status_code, headers, body
+    cookies = {name: clean(morsel.OutputString()) for name, morsel in response.cookies.items()}
+    return (
+        response.status_code,
+        headers,
+        cookies,
+        clean(response.content.decode("utf-8", "replace")),
+    )
 
 
 MATRIX = [
@@ -398,10 +566,12 @@ def test_another_tenants_ids_behave_like_ids_that_do_not_exist(
         callers.append(world.a_outsider)  # same tenant, not a party: no oracle either
     for caller in callers:
         theirs = normalised(probe.call(world, caller, their_id), their_id)
-        random_id = str(uuid.uuid4())
+        random_id = (
+            "nosuch-" + uuid.uuid4().hex[:8] if id_kind == "tenant slug" else str(uuid.uuid4())
+        )
         nobodys = normalised(probe.call(world, caller, random_id), random_id)
         assert theirs == nobodys, (caller.model.name, theirs, nobodys)
-        status, _, body = theirs
+        status, _, _, body = theirs
         assert status < 500 and "secret plans" not in body
     assert snapshot(world.a.tenant) == before
 
@@ -416,3 +586,25 @@ def test_reusing_another_tenants_message_id_is_a_fresh_send(world):
     b_task = result(world.b, "SendMessage", params)["task"]
     assert b_task["id"] != str(a_task.pk)
     assert "secret plans" not in json.dumps(b_task)
+
+
+CONTROLS = [
+    (route_name, probe_name, id_kind)
+    for route_name, probe_name, id_kind in MATRIX
+    if {**ROUTES, **PREFIXES}[route_name].probes[probe_name].control
+    and id_kind in ("active agent", "unread task", "tenant slug", "api key")
+]
+
+
+@pytest.mark.parametrize(
+    "route_name, probe_name, id_kind", CONTROLS, ids=[" | ".join(c) for c in CONTROLS]
+)
+def test_each_read_probe_reaches_its_target_with_the_callers_own_id(
+    world, route_name, probe_name, id_kind
+):
+    probe = {**ROUTES, **PREFIXES}[route_name].probes[probe_name]
+    response = probe.call(world, world.b, world.own[id_kind])
+    assert response.status_code < 400, response.content[:500]
+    if response["Content-Type"].startswith("application/json"):
+        body = response.json()
+        assert "error" not in body, body
