@@ -491,6 +491,51 @@ class SendLoad:
         return found
 
 
+class AckLoad(SendLoad):
+    """Each recipient acknowledges its tasks (a follow-up with `message.taskId`), one client
+    thread per recipient, retrying with the same messageId like SendLoad."""
+
+    def __init__(
+        self,
+        *,
+        url: Callable[[], str],
+        tasks: dict[str, list[str]],  # recipient token -> its task ids
+        retry_deadline: float = 120.0,
+    ) -> None:
+        self.url = url
+        self.retry_deadline = retry_deadline
+        self.entries = [
+            Entry(
+                message_id=f"ack-{task_id}",
+                sender_token=token,
+                sender_id=token[-12:],  # groups the entries by client thread
+                recipient_id=task_id,
+            )
+            for token, task_ids in tasks.items()
+            for task_id in task_ids
+        ]
+        self.total = len(self.entries)
+        self.acknowledged = 0
+        self._lock = threading.Lock()
+        self.threads = []
+        self.errors = []
+
+    def body(self, entry: Entry) -> dict:
+        return {
+            "jsonrpc": "2.0",
+            "id": entry.message_id,
+            "method": "SendMessage",
+            "params": {
+                "message": {
+                    "messageId": entry.message_id,
+                    "role": "ROLE_USER",
+                    "taskId": entry.recipient_id,
+                    "parts": [{"text": "ack"}],
+                }
+            },
+        }
+
+
 def record(name: str, figures: dict[str, Any]) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / f"{name}.json").write_text(json.dumps(figures, indent=2, default=str) + "\n")

@@ -22,7 +22,7 @@ from django.db import connection
 
 from messaging.models import Task, TaskEvent
 from tests import factories, live
-from tests.reliability.harness import SendLoad, Server, port_in_range, record
+from tests.reliability.harness import AckLoad, SendLoad, Server, port_in_range, record
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -33,6 +33,34 @@ KILL_AT = (600, 1300)  # acknowledged sends at which the server is killed
 
 def committed_message_ids(tenant) -> set[str]:
     return set(Task.objects.filter(tenant=tenant).values_list("message_id", flat=True))
+
+
+def committed_acks(tenant) -> set[str]:
+    events = TaskEvent.objects.filter(tenant=tenant, kind="ack")
+    return {f"ack-{task_id}" for task_id in events.values_list("task_id", flat=True)}
+
+
+def run_with_kills(server: Server, load: SendLoad, kill_at: tuple[int, ...], committed) -> list:
+    """Run `load`, SIGKILLing the server when `kill_at` sends are acknowledged; returns what
+    had committed without the client knowing, per kill."""
+    kills = []
+    load.start()
+    for threshold in kill_at:
+        load.wait_for(threshold)
+        acknowledged_before = {e.message_id for e in load.entries if e.acknowledged}
+        killed_at = time.monotonic()
+        server.kill()
+        time.sleep(0.3)  # clients run into the dead port meanwhile
+        stored = committed()
+        server.start()
+        kills.append(
+            {
+                "committed_unacknowledged": sorted(stored - acknowledged_before),
+                "down_seconds": round(time.monotonic() - killed_at, 2),
+            }
+        )
+    load.join()
+    return kills
 
 
 @pytest.mark.parametrize("kind", Server.KINDS)
@@ -47,27 +75,18 @@ def test_sigkill_mid_load_loses_and_duplicates_nothing(tenant, kind):
         senders=[(a.id, a.token) for a in senders],
         recipients=[r.id for r in recipients],
         total=TOTAL,
-    ).start()
-    kills = []
+    )
     try:
-        for threshold in KILL_AT:
-            load.wait_for(threshold)
-            acknowledged_before = {e.message_id for e in load.entries if e.acknowledged}
-            killed_at = time.monotonic()
-            server.kill()
-            time.sleep(0.3)  # clients run into the dead port meanwhile
-            committed = committed_message_ids(tenant)
-            server.start()
-            down_for = time.monotonic() - killed_at
-            kills.append(
-                {
-                    "acknowledged_before": len(acknowledged_before),
-                    "committed_at_restart": len(committed),
-                    "committed_unacknowledged": sorted(committed - acknowledged_before),
-                    "down_seconds": round(down_for, 2),
-                }
-            )
-        load.join()
+        kills = run_with_kills(server, load, KILL_AT, lambda: committed_message_ids(tenant))
+        # Phase 2: every recipient acknowledges its inbox while the server dies again.
+        tokens = {r.id: r.token for r in recipients}
+        inboxes: dict[str, list[str]] = {token: [] for token in tokens.values()}
+        for task_id, recipient_id in Task.objects.filter(tenant=tenant).values_list(
+            "pk", "recipient_id"
+        ):
+            inboxes[tokens[str(recipient_id)]].append(str(task_id))
+        acks = AckLoad(url=lambda: server.url, tasks=inboxes)
+        ack_kills = run_with_kills(server, acks, (TOTAL // 2,), lambda: committed_acks(tenant))
     finally:
         server.stop()
 
@@ -95,21 +114,37 @@ def test_sigkill_mid_load_loses_and_duplicates_nothing(tenant, kind):
     assert not [o for o in outcomes if o.startswith("http-5")], outcomes
     assert outcomes["ok"] >= TOTAL
 
+    # Every ack was answered with the task (a retried ack that had committed is not an
+    # error), and every task was completed exactly once.
+    assert all(e.acknowledged for e in acks.entries)
+    ack_outcomes = acks.outcomes()
+    assert not [o for o in ack_outcomes if o.startswith("http-")], ack_outcomes
+    assert set(tasks.values_list("state", flat=True)) == {"completed"}
+    acked = Counter(
+        TaskEvent.objects.filter(tenant=tenant, kind="ack").values_list("task_id", flat=True)
+    )
+    assert len(acked) == TOTAL and set(acked.values()) == {1}
+
     unknown = [m for k in kills for m in k["committed_unacknowledged"]]
+    unknown_acks = [m for k in ack_kills for m in k["committed_unacknowledged"]]
     record(
         f"sigkill-{kind}-{connection.vendor}",
         {
-            "scenario": f"SIGKILL the {kind} server process group twice mid-load",
+            "scenario": f"SIGKILL the {kind} server process group: twice during sends, once "
+            "during acks",
             "database": connection.vendor,
-            "load": f"{TOTAL} sends, {CLIENTS} client threads, 4 recipients",
-            "faults": len(kills),
-            "down_seconds": [k["down_seconds"] for k in kills],
+            "load": f"{TOTAL} sends ({CLIENTS} client threads) then {TOTAL} acks (4 threads)",
+            "faults": len(kills) + len(ack_kills),
+            "down_seconds": [k["down_seconds"] for k in kills + ack_kills],
             "elapsed_seconds": round(load.elapsed, 1),
             "attempts": sum(outcomes.values()),
             "outcomes": dict(outcomes),
             "retried_sends": len(load.retried()),
             "committed_but_unacknowledged_at_kill": len(unknown),
+            "ack_outcomes": dict(ack_outcomes),
+            "acks_committed_but_unacknowledged_at_kill": len(unknown_acks),
             "messages_checked": TOTAL,
+            "acks_checked": TOTAL,
             "lost": 0,
             "duplicated": 0,
         },
