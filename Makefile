@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format venv migrate bench tck cluster clean lock
+.PHONY: run test lint format venv migrate bench tck cluster cluster-stop cluster-status clean lock
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,17 @@ lint: $(STAMP)
 format: $(STAMP)
 	@$(BIN)/ruff check --fix .
 	@$(BIN)/ruff format .
+
+# The production topology on this machine's Postgres and Redis (scripts/cluster.py documents
+# the CLUSTER_* / DATABASE_URL / REDIS_URL knobs): 2 granian web, 1 uvicorn stream, worker, beat.
+cluster: $(STAMP)
+	@$(BIN)/python scripts/cluster.py start
+
+cluster-stop:
+	@$(BIN)/python scripts/cluster.py stop
+
+cluster-status:
+	@$(BIN)/python scripts/cluster.py status
 
 bench: $(STAMP)
 	@$(BIN)/python -m bench.run $(BENCH_ARGS)

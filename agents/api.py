@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from hikyaku.errors import Forbidden
+from hikyaku.request_log import tag_request
 
 from . import selectors, services
 from .auth import AgentIdentity, authenticate_agent, authenticate_key
@@ -66,10 +67,12 @@ def errors(*statuses: int) -> dict[int, OpenApiResponse]:
 
 
 def agent_identity(request: Request) -> AgentIdentity:
-    return authenticate_agent(
+    identity = authenticate_agent(
         authorization=request.headers.get("Authorization"),
         agent_id=request.headers.get("X-Agent-Id"),
     )
+    tag_request(request, tenant_id=identity.tenant.id, agent_id=identity.agent.id)
+    return identity
 
 
 class StrictCharField(serializers.CharField):
@@ -187,6 +190,7 @@ class AgentListView(APIView):
     )
     def post(self, request: Request) -> Response:
         api_key = authenticate_key(request.headers.get("Authorization"))
+        tag_request(request, tenant_id=api_key.tenant_id)
         data = RegisterIn(data=request.data)
         data.is_valid(raise_exception=True)
         registered = services.register_agent(

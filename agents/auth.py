@@ -17,6 +17,7 @@ from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
+from hikyaku import rows
 from hikyaku.errors import Unauthenticated
 from tenants.credentials import AGENT_TOKEN_RE, API_KEY_RE, hash_secret, secrets_match
 from tenants.models import ApiKey, Tenant
@@ -24,6 +25,9 @@ from tenants.ratelimit import check_rate
 from tenants.services import touch_api_key
 
 from .models import Agent
+
+AGENT_FIELDS = tuple(f.name for f in Agent._meta.concrete_fields)
+KEY_FIELDS = tuple(f.name for f in ApiKey._meta.concrete_fields)
 
 
 @dataclass(frozen=True)
@@ -65,10 +69,10 @@ def authenticate_key(authorization: str | None) -> ApiKey:
         raise Unauthenticated("Invalid API key.")
     api_key = _first_with_tenant(
         ApiKey,
-        "SELECT k.*, t.name AS tenant_name, t.slug AS tenant_slug,"
-        " t.require_agent_tokens AS tenant_requires_tokens"
-        " FROM tenants_apikey k JOIN tenants_tenant t ON t.id = k.tenant_id"
-        " WHERE k.key_hash = %s",
+        KEY_FIELDS,
+        f"SELECT {rows.select_list(ApiKey, KEY_FIELDS)}, t.name, t.slug, t.require_agent_tokens"
+        " FROM tenants_apikey JOIN tenants_tenant t ON t.id = tenants_apikey.tenant_id"
+        " WHERE key_hash = %s",
         [hash_secret(raw)],
     )
     if api_key is None or not secrets_match(raw, api_key.key_hash) or not api_key.is_active():
@@ -86,10 +90,10 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
         token_hash = hash_secret(raw)
         agent = _first_with_tenant(
             Agent,
-            "SELECT a.*, t.name AS tenant_name, t.slug AS tenant_slug,"
-            " t.require_agent_tokens AS tenant_requires_tokens"
-            " FROM agents_agent a JOIN tenants_tenant t ON t.id = a.tenant_id"
-            " WHERE a.token_hash = %s AND a.status = %s",
+            AGENT_FIELDS,
+            f"SELECT {rows.select_list(Agent, AGENT_FIELDS)}, t.name, t.slug,"
+            " t.require_agent_tokens FROM agents_agent JOIN tenants_tenant t"
+            " ON t.id = agents_agent.tenant_id WHERE agents_agent.token_hash = %s AND agents_agent.status = %s",
             [token_hash, Agent.Status.ACTIVE],
         )
         if agent is None or not secrets_match(raw, agent.token_hash or ""):
@@ -107,18 +111,16 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
         raise Unauthenticated("This tenant requires agent tokens: send 'Bearer <agent token>'.")
     if claimed_id is None:
         raise Unauthenticated("Missing X-Agent-Id header (or use an agent token).")
-    agent = next(
-        iter(
-            Agent.objects.raw(
-                "SELECT * FROM agents_agent WHERE id = %s AND tenant_id = %s AND status = %s",
-                [
-                    _prep(Agent, "id", claimed_id),
-                    _prep(Agent, "tenant", api_key.tenant_id),
-                    Agent.Status.ACTIVE,
-                ],
-            )
-        ),
-        None,
+    agent = rows.first(
+        Agent,
+        AGENT_FIELDS,
+        f"SELECT {rows.select_list(Agent, AGENT_FIELDS)} FROM agents_agent"
+        " WHERE id = %s AND tenant_id = %s AND status = %s",
+        [
+            rows.prep(Agent, "id", claimed_id),
+            rows.prep(Agent, "tenant", api_key.tenant_id),
+            Agent.Status.ACTIVE,
+        ],
     )
     if agent is None:
         raise Unauthenticated("Unknown or inactive agent for this API key.")
@@ -145,24 +147,24 @@ def identity_is_current(identity: AgentIdentity) -> bool:
     ).exists()
 
 
-def _prep(model, field: str, value):
-    return model._meta.get_field(field).get_db_prep_value(value, connection)
-
-
-def _first_with_tenant(model, sql: str, params: list):
+def _first_with_tenant(model, fields: tuple[str, ...], sql: str, params: list):
     """One row of `model` joined with its tenant, in one hand-written query.
 
     Authentication runs on every request; the ORM would spend several times the database
-    round trip compiling this join (see messaging/rows.py)."""
-    row = next(iter(model.objects.raw(sql, params)), None)
+    round trip compiling this join (see hikyaku/rows.py)."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
     if row is None:
         return None
-    row.tenant = Tenant.from_db(
+    obj = rows.build(model, fields, row[: len(fields)])
+    name, slug, requires_tokens = row[len(fields) :]
+    obj.tenant = Tenant.from_db(
         connection.alias,
         ["id", "name", "slug", "require_agent_tokens"],
-        [row.tenant_id, row.tenant_name, row.tenant_slug, bool(row.tenant_requires_tokens)],
+        [obj.tenant_id, name, slug, bool(requires_tokens)],
     )
-    return row
+    return obj
 
 
 def _touch_agent(agent: Agent) -> None:

@@ -1,4 +1,11 @@
-"""Liveness and readiness endpoints for load balancers and orchestrators."""
+"""Liveness and readiness endpoints for load balancers and orchestrators.
+
+`/healthz` says the process answers. `/readyz` says it can serve: 200 when the database
+answers, 503 (never 500) when it does not. Redis is reported but does not fail readiness:
+it only carries doorbells and the Celery queue, sends still commit without it (DESIGN.md §5),
+and pulling every web process out of the load balancer because Redis blinked would turn a
+delay into an outage.
+"""
 
 import logging
 
@@ -13,25 +20,46 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
-def readyz(request: HttpRequest) -> JsonResponse:
-    checks: dict[str, str] = {}
+def _database_ok() -> bool:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-        checks["database"] = "ok"
+        return True
     except Exception as exc:  # any failure means "not ready", never a 500
         log.warning("readiness: database unavailable: %s", exc.__class__.__name__)
-        checks["database"] = "unavailable"
-    if settings.REDIS_URL:
-        import redis
-
+        # Drop the broken connection so the next check (or request) reconnects.
         try:
-            redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1).ping()
-            checks["redis"] = "ok"
-        except Exception as exc:
-            log.warning("readiness: redis unavailable: %s", exc.__class__.__name__)
-            checks["redis"] = "unavailable"
-    ready = all(v == "ok" for v in checks.values())
-    return JsonResponse(
-        {"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503
-    )
+            connection.close()
+        except Exception:
+            pass
+        return False
+
+
+def _redis_ok() -> bool:
+    import redis
+
+    try:
+        client = redis.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1
+        )
+        try:
+            client.ping()
+        finally:
+            client.close()
+        return True
+    except Exception as exc:
+        log.warning("readiness: redis unavailable: %s", exc.__class__.__name__)
+        return False
+
+
+def readyz(request: HttpRequest) -> JsonResponse:
+    checks = {"database": "ok" if _database_ok() else "unavailable"}
+    if settings.REDIS_URL:
+        checks["redis"] = "ok" if _redis_ok() else "unavailable"
+    if checks["database"] != "ok":
+        status, code = "unavailable", 503
+    elif any(value != "ok" for value in checks.values()):
+        status, code = "degraded", 200
+    else:
+        status, code = "ok", 200
+    return JsonResponse({"status": status, "checks": checks}, status=code)

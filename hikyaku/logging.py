@@ -2,9 +2,14 @@
 
 import json
 import logging
+from contextvars import ContextVar
 from datetime import UTC, datetime
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+# The id of the request being handled (hikyaku.request_log sets it), so every line a request
+# logs, not only its access line, carries the id.
+request_id_var: ContextVar[str | None] = ContextVar("hikyaku_request_id", default=None)
 
 
 class JsonFormatter(logging.Formatter):
@@ -16,6 +21,10 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         payload.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
+        if "request_id" not in payload:
+            request_id = request_id_var.get()
+            if request_id is not None:
+                payload["request_id"] = request_id
         if record.exc_info:
             payload["exc"] = self.formatException(record.exc_info)
         return json.dumps(payload, default=str)

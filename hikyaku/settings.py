@@ -47,6 +47,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "hikyaku.request_log.request_log_middleware",
     "django.middleware.security.SecurityMiddleware",
     "hikyaku.middleware.security_headers_middleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -87,7 +88,10 @@ DATABASES = {
     "default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'hikyaku.sqlite3'}")
 }
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
-DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# A health check costs a `SELECT 1` round trip on every request. Without it, a persistent
+# connection broken by a database restart fails one request (503; clients retry with the same
+# messageId) and is then replaced. Turn it on where that single failure matters more.
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("DATABASE_CONN_HEALTH_CHECKS", default=False)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
@@ -99,6 +103,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "NAME": env.str("SQLITE_TEST_NAME", default=str(BASE_DIR / "test-hikyaku.sqlite3"))
     }
 IS_POSTGRES = DATABASES["default"]["ENGINE"].startswith("django.db.backends.postgresql")
+if IS_POSTGRES:
+    # libpq waits forever for an unreachable host by default; /readyz and requests should fail
+    # fast instead (DATABASE_URL's own ?connect_timeout= wins).
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+        "connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", default=5)
+    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "tenants.User"
@@ -233,6 +243,18 @@ HIKYAKU_RETENTION_DAYS = env.int("HIKYAKU_RETENTION_DAYS", default=30)
 HIKYAKU_DEREGISTERED_TTL_DAYS = env.int("HIKYAKU_DEREGISTERED_TTL_DAYS", default=7)
 # last_used_at / last_seen_at are written at most this often per key or agent.
 HIKYAKU_TOUCH_INTERVAL_SECONDS = env.int("HIKYAKU_TOUCH_INTERVAL_SECONDS", default=60)
+
+# Observability (README, Operations). /metrics is open to loopback callers that did not come
+# through a proxy, to bearer HIKYAKU_METRICS_TOKEN, and to HIKYAKU_METRICS_ALLOWED_IPS (IPs or
+# CIDRs); everyone else gets 404. A Celery worker serves the same on
+# HIKYAKU_WORKER_METRICS_PORT when set.
+HIKYAKU_METRICS_TOKEN = env.str("HIKYAKU_METRICS_TOKEN", default="")
+HIKYAKU_METRICS_ALLOWED_IPS = env.list("HIKYAKU_METRICS_ALLOWED_IPS", default=[])
+HIKYAKU_METRICS_LOOPBACK = env.bool("HIKYAKU_METRICS_LOOPBACK", default=True)
+HIKYAKU_WORKER_METRICS_HOST = env.str("HIKYAKU_WORKER_METRICS_HOST", default="127.0.0.1")
+HIKYAKU_WORKER_METRICS_PORT = env.int("HIKYAKU_WORKER_METRICS_PORT", default=0)
+# One access line per request on the hikyaku.request logger (hikyaku/request_log.py).
+HIKYAKU_REQUEST_LOG = env.bool("HIKYAKU_REQUEST_LOG", default=True)
 
 LOG_FORMAT = env.str("HIKYAKU_LOG_FORMAT", default="text" if DEBUG else "json")
 LOGGING = {

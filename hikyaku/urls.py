@@ -10,7 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from agents import api as agents_api
 from agents.views import broker_agent_card
 
-from . import health
+from . import health, metrics
 
 admin.site.site_header = "Hikyaku administration"
 admin.site.site_title = "Hikyaku admin"
@@ -21,6 +21,7 @@ admin.site.login = RedirectView.as_view(url="/accounts/login/", query_string=Tru
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics.metrics_view, name="metrics"),
     path(".well-known/agent-card.json", broker_agent_card, name="agent-card"),
     path("api/v1/agents", agents_api.AgentListView.as_view(), name="api-agents"),
     path("api/v1/agents/<str:agent_id>", agents_api.AgentDetailView.as_view(), name="api-agent"),

@@ -36,6 +36,29 @@ def may_deliver(sender: Agent | None, recipient: Agent, sensitivity: str) -> boo
     )
 
 
+def sender_may_send(sender: Agent | None, recipient_id: object, sensitivity: str) -> bool:
+    """The sender's half of `may_deliver`, checkable before the recipient row is read."""
+    if sender is None:
+        return True
+    return within_ceiling(sender, sensitivity) and _allows(sender.send_to, recipient_id)
+
+
+def recipient_accepts_sql(table: str, sender: Agent | None, sensitivity: str) -> tuple[str, list]:
+    """The recipient's half of `may_deliver` as a Postgres condition on `table` (an
+    agents_agent row), for sends that lock and check the recipient in one statement. It must
+    say exactly what `within_ceiling(recipient, …)` and `receive_from` say above."""
+    ranks = " ".join(f"WHEN '{level}' THEN {rank}" for level, rank in SENSITIVITY_RANK.items())
+    sql = f"(CASE {table}.disclosure_ceiling {ranks} ELSE 1 END) >= %s"
+    params: list = [SENSITIVITY_RANK.get(sensitivity, 1)]
+    if sender is not None:
+        sql += (
+            f" AND ({table}.receive_from @> '[\"*\"]'::jsonb"
+            f" OR {table}.receive_from @> jsonb_build_array(%s::text))"
+        )
+        params.append(str(sender.id))
+    return sql, params
+
+
 def may_read(agent: Agent | None, task: Task) -> bool:
     """Whether a party of `task` may still see and act on it under the current policy."""
     if agent is None:

@@ -12,15 +12,16 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from agents.models import SENSITIVITY_RANK, Agent, Sensitivity
-from hikyaku import metrics
+from hikyaku import metrics, rows
 from hikyaku.errors import (
     DestinationNotFound,
     InvalidRequest,
@@ -30,10 +31,13 @@ from hikyaku.errors import (
 )
 from tenants.models import Tenant
 
-from . import events, policy, rows
+from . import events, policy
 from .models import TERMINAL_STATES, Task, TaskEvent, TaskState
 
 Kind = TaskEvent.Kind
+TASK_FIELDS = tuple(f.name for f in Task._meta.concrete_fields)
+# What sends and transitions need of an agent: identity and policy.
+PARTY_FIELDS = ("id", "tenant", "name", "status", "send_to", "receive_from", "disclosure_ceiling")
 UNREAD = {"state": TaskState.INPUT_REQUIRED, "awaiting": Task.Awaiting.RECIPIENT}
 
 
@@ -218,7 +222,7 @@ def _thread(sender: Sender, message: dict[str, Any]) -> tuple[Task | None, uuid.
 
 
 def _task_metadata(
-    sender: Sender, recipient: Agent | None, kind: str, **extra: Any
+    sender: Sender, recipient_id: uuid.UUID | None, kind: str, **extra: Any
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {"type": kind}
     if sender.agent is not None:
@@ -226,8 +230,8 @@ def _task_metadata(
         metadata["fromAgentName"] = sender.agent.name
     else:
         metadata["fromCallerId"] = sender.caller_id
-    if recipient is not None:
-        metadata["toAgentId"] = str(recipient.id)
+    if recipient_id is not None:
+        metadata["toAgentId"] = str(recipient_id)
     metadata.update({k: v for k, v in extra.items() if v is not None})
     return metadata
 
@@ -236,46 +240,56 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
     message_id = message.get("messageId")
     digest = content_hash(message, to)
     sensitivity = _sensitivity(message)
+    recipient_id = _agent_pk(to)
     try:
-        with transaction.atomic():
-            recipient = _lock_destination(sender, to, sensitivity)
-            parent, root, depth = _thread(sender, message)
-            now = timezone.now()
-            parts = message["parts"]
-            task = Task(
-                tenant=sender.tenant,
-                sender=sender.agent,
-                caller_id=sender.caller_id,
-                recipient=recipient,
-                context_id=str(recipient.id),
-                type=Task.Type.UNICAST,
-                message=message,
-                history=[message],
-                artifacts=[_artifact("message", parts)],
-                metadata=_task_metadata(
-                    sender,
-                    recipient,
-                    Task.Type.UNICAST,
-                    parentTaskId=str(parent.id) if parent else None,
-                    threadId=str(root) if root else None,
-                    sensitivity=sensitivity if sensitivity != Sensitivity.INTERNAL else None,
-                ),
-                sensitivity=sensitivity,
-                parent=parent,
-                thread_root_id=root,
-                depth=depth,
-                search_text=_search_text(parts),
-                message_id=message_id,
-                content_hash=digest,
-                created_at=now,
-                updated_at=now,
-                status_at=now,
-            )
-            rows.insert(task)
-            event = _write_event(
-                task, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {"messageId": message_id}
-            )
-            events.ring_after_commit(agent_ids=[recipient.id], event_id=event.id)
+        if recipient_id is None or not policy.sender_may_send(
+            sender.agent, recipient_id, sensitivity
+        ):
+            raise _destination_not_found(to)
+        parent, root, depth = _thread(sender, message)
+        now = timezone.now()
+        parts = message["parts"]
+        task = Task(
+            tenant=sender.tenant,
+            sender=sender.agent,
+            caller_id=sender.caller_id,
+            recipient_id=recipient_id,
+            context_id=str(recipient_id),
+            type=Task.Type.UNICAST,
+            message=message,
+            history=[message],
+            artifacts=[_artifact("message", parts)],
+            metadata=_task_metadata(
+                sender,
+                recipient_id,
+                Task.Type.UNICAST,
+                parentTaskId=str(parent.id) if parent else None,
+                threadId=str(root) if root else None,
+                sensitivity=sensitivity if sensitivity != Sensitivity.INTERNAL else None,
+            ),
+            sensitivity=sensitivity,
+            parent=parent,
+            thread_root_id=root,
+            depth=depth,
+            search_text=_search_text(parts),
+            message_id=message_id,
+            content_hash=digest,
+            created_at=now,
+            updated_at=now,
+            status_at=now,
+        )
+        event = _event_row(
+            task, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {"messageId": message_id}
+        )
+        if connection.vendor == "postgresql":
+            _store_unicast_in_one_statement(task, event, sender, sensitivity, to)
+        else:
+            with transaction.atomic():
+                _lock_destination(sender, to, sensitivity)
+                rows.insert(task)
+                rows.insert(event)
+        metrics.events_written(1)
+        events.ring_after_commit(agent_ids=[recipient_id], event_id=event.id)
     except (IntegrityError, DestinationNotFound):
         # The messageId was used before (a retry): the unique constraint finds it, so the
         # common path pays no extra query for idempotency. A retry whose recipient has left
@@ -288,27 +302,71 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
     return task
 
 
+def _store_unicast_in_one_statement(
+    task: Task, event: TaskEvent, sender: Sender, sensitivity: str, to: str
+) -> None:
+    """Postgres: lock and check the recipient, insert the task and its event — one
+    autocommit statement, so one round trip and no BEGIN/COMMIT (the send's dominant cost).
+    The recipient's row lock is held until the statement commits, which keeps that agent's
+    events in commit order like the transaction on other databases."""
+    accepts, accepts_params = policy.recipient_accepts_sql("d", sender.agent, sensitivity)
+    task_sql, task_params = rows.insert_select(task, source="dest")
+    event_sql, event_params = rows.insert_select(event, source="ins")
+    sql = (
+        "WITH dest AS (SELECT d.id FROM agents_agent d"
+        f" WHERE d.id = %s AND d.tenant_id = %s AND d.status = 'active' AND {accepts}"
+        " FOR NO KEY UPDATE),"
+        f" ins AS ({task_sql} RETURNING id),"
+        f" ev AS ({event_sql} RETURNING id)"
+        " SELECT id FROM ev"
+    )
+    params = [
+        rows.prep(Agent, "id", task.recipient_id),
+        rows.prep(Agent, "tenant", task.tenant_id),
+        *accepts_params,
+        *task_params,
+        *event_params,
+    ]
+    # Inside a caller's transaction, a savepoint keeps it usable when a retried messageId
+    # hits the unique constraint; at the top of a request the statement stands alone.
+    guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
+    with guard, connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        raise _destination_not_found(to)
+    event.pk = row[0]
+
+
+def _agent_pk(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+def _destination_not_found(to: str) -> DestinationNotFound:
+    return DestinationNotFound(
+        f"Destination agent not found: {to}", details={"field": "message.metadata.destination"}
+    )
+
+
 def _lock_destination(sender: Sender, to: str, sensitivity: str) -> Agent:
     """The destination agent, row-locked; anything unreachable is the same not-found."""
-    try:
-        pk = uuid.UUID(to)
-    except ValueError:
-        pk = None
+    pk = _agent_pk(to)
     recipient = (
         rows.first(
             Agent,
-            "SELECT id, tenant_id, name, status, send_to, receive_from, disclosure_ceiling"
-            " FROM agents_agent WHERE id = %s AND tenant_id = %s AND status = %s"
-            + rows.lock_clause(no_key=True),
+            PARTY_FIELDS,
+            f"SELECT {rows.select_list(Agent, PARTY_FIELDS)} FROM agents_agent"
+            " WHERE id = %s AND tenant_id = %s AND status = %s" + rows.lock_clause(no_key=True),
             [rows.prep(Agent, "id", pk), rows.prep(Agent, "tenant", sender.tenant.pk), "active"],
         )
         if pk
         else None
     )
     if recipient is None or not policy.may_deliver(sender.agent, recipient, sensitivity):
-        raise DestinationNotFound(
-            f"Destination agent not found: {to}", details={"field": "message.metadata.destination"}
-        )
+        raise _destination_not_found(to)
     return recipient
 
 
@@ -350,7 +408,7 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
                     history=[message],
                     artifacts=[_artifact("message", parts)],
                     metadata=_task_metadata(
-                        sender, recipient, Task.Type.BROADCAST, broadcastId=str(broadcast_id)
+                        sender, recipient.id, Task.Type.BROADCAST, broadcastId=str(broadcast_id)
                     ),
                     sensitivity=sensitivity,
                     search_text=search_text,
@@ -602,8 +660,9 @@ def _lock_party_task(sender: Sender, task_id: Any) -> tuple[Task, set[str]]:
     task = (
         rows.first(
             Task,
-            "SELECT * FROM messaging_task WHERE id = %s AND tenant_id = %s AND type <> %s"
-            + rows.lock_clause(),
+            TASK_FIELDS,
+            f"SELECT {rows.select_list(Task, TASK_FIELDS)} FROM messaging_task"
+            " WHERE id = %s AND tenant_id = %s AND type <> %s" + rows.lock_clause(),
             [
                 rows.prep(Task, "id", pk),
                 rows.prep(Task, "tenant", sender.tenant.pk),
@@ -628,12 +687,13 @@ def _lock_party_task(sender: Sender, task_id: Any) -> tuple[Task, set[str]]:
 def _lock_parties(task: Task) -> dict[uuid.UUID, Agent]:
     ids = sorted(_party_ids(task))
     placeholders = ", ".join(["%s"] * len(ids))
-    agents = Agent.objects.raw(
-        "SELECT id, tenant_id, name, status, send_to, receive_from, disclosure_ceiling"
-        f" FROM agents_agent WHERE id IN ({placeholders}) ORDER BY id"
-        + rows.lock_clause(no_key=True),
-        [rows.prep(Agent, "id", i) for i in ids],
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {rows.select_list(Agent, PARTY_FIELDS)} FROM agents_agent"
+            f" WHERE id IN ({placeholders}) ORDER BY id" + rows.lock_clause(no_key=True),
+            [rows.prep(Agent, "id", i) for i in ids],
+        )
+        agents = [rows.build(Agent, PARTY_FIELDS, row) for row in cursor.fetchall()]
     return {agent.id: agent for agent in agents}
 
 

@@ -52,6 +52,22 @@ def insert(obj: M) -> M:
     return obj
 
 
+def insert_select(obj: Model, *, source: str) -> tuple[str, list[Any]]:
+    """`INSERT INTO <table> (<columns>) SELECT <values> FROM <source>` for one unsaved
+    instance (an auto primary key is left to the database): the building block of a
+    data-modifying CTE that inserts only when `source` yields a row."""
+    with_pk = not isinstance(obj._meta.pk, AutoField | BigAutoField)
+    _, fields = _insert_sql(type(obj), with_pk)
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column) for f in fields)
+    values = ", ".join(["%s"] * len(fields))
+    params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields]
+    return (
+        f"INSERT INTO {quote(obj._meta.db_table)} ({columns}) SELECT {values} FROM {source}",
+        params,
+    )
+
+
 def update(obj: Model, fields: list[str]) -> None:
     """UPDATE these fields of a row already locked by the caller's transaction."""
     meta = obj._meta
@@ -67,11 +83,53 @@ def update(obj: Model, fields: list[str]) -> None:
         )
 
 
-def first(model: type[M], sql: str, params: list[Any]) -> M | None:
-    """The first row of a raw SELECT as a model instance (deferred fields stay unloaded)."""
-    for row in model.objects.raw(sql, params):
-        return row
-    return None
+@cache
+def _reader(model: type[Model], fields: tuple[str, ...]):
+    """Per-column converters for `fields` of `model`, computed once (RawQuerySet would
+    introspect the cursor and look them up again on every call)."""
+    meta = model._meta
+    columns = []
+    for name in fields:
+        field = meta.get_field(name)
+        expression = field.get_col(meta.db_table)
+        converters = connection.ops.get_db_converters(expression) + field.get_db_converters(
+            connection
+        )
+        columns.append((converters, expression))
+    attnames = [meta.get_field(name).attname for name in fields]
+    return attnames, columns
+
+
+def convert(model: type[Model], fields: tuple[str, ...], values: tuple) -> dict[str, Any]:
+    """Database values of `fields` (in order) as Python values, by attname."""
+    attnames, columns = _reader(model, fields)
+    out = {}
+    for attname, (converters, expression), value in zip(attnames, columns, values, strict=False):
+        for converter in converters:
+            value = converter(value, expression, connection)
+        out[attname] = value
+    return out
+
+
+def build(model: type[M], fields: tuple[str, ...], values: tuple) -> M:
+    """A model instance from a row holding exactly `fields`; other fields stay deferred."""
+    converted = convert(model, fields, values)
+    return model.from_db(connection.alias, list(converted), list(converted.values()))
+
+
+def first(model: type[M], fields: tuple[str, ...], sql: str, params: list[Any]) -> M | None:
+    """The first row of a SELECT of exactly `fields` (in that order) as an instance."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return build(model, fields, row) if row is not None else None
+
+
+def select_list(model: type[Model], fields: tuple[str, ...]) -> str:
+    """`fields` as table-qualified columns, safe in joins."""
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    return ", ".join(f"{table}.{quote(model._meta.get_field(f).column)}" for f in fields)
 
 
 def prep(model: type[Model], field: str, value: Any) -> Any:

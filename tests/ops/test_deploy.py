@@ -1,0 +1,399 @@
+"""docker-compose.yml, the Dockerfile and deploy/nginx.conf, checked without a Docker engine.
+
+The compose file is parsed and its structure checked; every command it names is run locally:
+click-based CLIs (granian, uvicorn, celery) with their options followed by `--help`, which
+parses every option and fails on an unknown one; migrate with `--plan`; the web and stream
+commands for real on a loopback port. nginx, when installed, serves the real config in front
+of two fake upstreams to prove the routing and that streams are not buffered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.ops.processes import BIN, REPO, base_env, free_port, running
+
+COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+APP_SERVICES = ["migrate", "web", "stream", "worker", "beat"]
+LONG_RUNNING_APP = ["web", "stream", "worker", "beat"]
+NGINX_CONF = (REPO / "deploy" / "nginx.conf").read_text()
+
+
+def interpolate(value: str) -> str:
+    """Compose's ${VAR:-default} with the defaults, and $$ as a literal $."""
+    value = re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: os.environ.get(m[1], m[2]), value)
+    return value.replace("$$", "$")
+
+
+# --- Structure -----------------------------------------------------------------------------
+
+
+def test_the_topology_has_every_service():
+    assert set(SERVICES) == {
+        "postgres", "redis", "migrate", "web", "stream", "worker", "beat", "proxy"
+    }  # fmt: skip
+
+
+def test_app_services_build_one_image_and_read_the_env_file():
+    for name in APP_SERVICES:
+        service = SERVICES[name]
+        assert service["build"] == "." and service["image"] == "hikyaku:latest", name
+        assert service["env_file"] == ".env", name
+        assert service["environment"]["HIKYAKU_READ_DOT_ENV"] == "false", name
+        multiproc = service["environment"]["PROMETHEUS_MULTIPROC_DIR"]
+        assert any(mount.startswith(f"{multiproc}:") for mount in service["tmpfs"]), name
+    assert SERVICES["postgres"]["env_file"] == ".env"
+    assert SERVICES["postgres"]["image"].startswith("postgres:15")
+    assert SERVICES["redis"]["image"].startswith("redis:")
+    assert SERVICES["proxy"]["image"].startswith("nginx:")
+
+
+def test_every_service_waits_for_healthy_or_finished_dependencies():
+    for name in LONG_RUNNING_APP:
+        assert SERVICES[name]["depends_on"] == {
+            "postgres": {"condition": "service_healthy"},
+            "redis": {"condition": "service_healthy"},
+            "migrate": {"condition": "service_completed_successfully"},
+        }, name
+    assert SERVICES["migrate"]["depends_on"] == {"postgres": {"condition": "service_healthy"}}
+    assert SERVICES["migrate"]["restart"] == "no"
+    assert SERVICES["proxy"]["depends_on"] == {
+        "web": {"condition": "service_healthy"},
+        "stream": {"condition": "service_healthy"},
+    }
+    for name, service in SERVICES.items():
+        for dependency, rule in service.get("depends_on", {}).items():
+            assert dependency in SERVICES, (name, dependency)
+            wanted = (
+                "service_completed_successfully" if dependency == "migrate" else "service_healthy"
+            )
+            assert rule["condition"] == wanted, (name, dependency)
+            if wanted == "service_healthy":
+                assert "healthcheck" in SERVICES[dependency], dependency
+
+
+def test_every_long_running_service_but_beat_has_a_health_check():
+    # Beat serves nothing and nothing depends on it, so it has nothing to be healthy for.
+    for name in ["postgres", "redis", "web", "stream", "worker", "proxy"]:
+        check = SERVICES[name]["healthcheck"]
+        assert check["test"][0] in ("CMD", "CMD-SHELL"), name
+        assert check["interval"] and check["timeout"], name
+    assert "healthcheck" not in SERVICES["beat"]
+
+
+def test_web_and_stream_are_scalable_and_only_the_proxy_publishes_a_port():
+    for name, service in SERVICES.items():
+        assert "container_name" not in service, name
+        if name != "proxy":
+            assert "ports" not in service, name
+    assert SERVICES["proxy"]["ports"] == ["${HIKYAKU_HTTP_PORT:-8000}:80"]
+    assert "./deploy/nginx.conf:/etc/nginx/nginx.conf:ro" in SERVICES["proxy"]["volumes"]
+
+
+def test_data_lives_in_named_volumes():
+    assert "pgdata:/var/lib/postgresql/data" in SERVICES["postgres"]["volumes"]
+    assert "redisdata:/data" in SERVICES["redis"]["volumes"]
+    assert set(COMPOSE["volumes"]) == {"pgdata", "redisdata"}
+
+
+def test_the_env_example_provides_what_compose_needs():
+    example = {
+        line.split("=", 1)[0]
+        for line in (REPO / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    for variable in ("DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"):
+        assert variable in example
+    for variable in ("POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB"):
+        assert variable in example
+
+
+def test_the_dockerfile_installs_from_the_lock_and_runs_unprivileged():
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert "--require-hashes -r requirements.lock" in dockerfile
+    assert "collectstatic" in dockerfile
+    assert re.search(r"^USER hikyaku$", dockerfile, re.M)
+    cmd = json.loads(re.search(r"^CMD (.+)$", dockerfile, re.M)[1])
+    assert cmd == SERVICES["web"]["command"]
+
+
+# --- Every command exists here --------------------------------------------------------------
+
+
+def local(argv: list[str]) -> list[str]:
+    """The container's command with its executable taken from this environment."""
+    executable = argv[0]
+    if executable == "python":
+        return [sys.executable, *argv[1:]]
+    path = BIN / executable
+    assert path.exists(), f"{executable} is not installed by requirements.lock"
+    return [str(path), *argv[1:]]
+
+
+def run_local(argv: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        argv, cwd=REPO, env=env or base_env(), capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize("name", ["web", "stream", "worker", "beat"])
+def test_every_option_of_every_server_command_is_known(name):
+    argv = [interpolate(part) for part in SERVICES[name]["command"]]
+    result = run_local(local(argv) + ["--help"])
+    assert result.returncode == 0, result.stderr
+    assert "Usage:" in result.stdout
+
+
+def test_an_unknown_option_would_have_been_caught():
+    argv = local(["granian", "--interface", "wsgi", "--no-such-option"]) + ["--help"]
+    assert run_local(argv).returncode != 0
+
+
+def test_the_migrate_command_plans_against_a_fresh_database(tmp_path):
+    argv = local(SERVICES["migrate"]["command"]) + ["--plan"]
+    result = run_local(argv, base_env(DATABASE_URL=f"sqlite:///{tmp_path / 'plan.sqlite3'}"))
+    assert result.returncode == 0, result.stderr
+    assert "Planned operations" in result.stdout and "tenants.0001_initial" in result.stdout
+
+
+def test_the_worker_health_check_command_exists():
+    test = SERVICES["worker"]["healthcheck"]["test"]
+    argv = shlex.split(interpolate(test[1]).replace("$HOSTNAME", "host"))
+    result = run_local(local(argv) + ["--help"])
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("name", ["web", "stream"])
+def test_the_python_health_checks_compile(name):
+    test = SERVICES[name]["healthcheck"]["test"]
+    assert test[:3] == ["CMD", "python", "-c"]
+    compile(test[3], f"{name}-healthcheck", "exec")
+    port = SERVICES[name]["expose"][0]
+    assert f"127.0.0.1:{port}/readyz" in test[3]
+
+
+@pytest.fixture(scope="module")
+def migrated_env(tmp_path_factory):
+    database = tmp_path_factory.mktemp("serve") / "db.sqlite3"
+    env = base_env(DATABASE_URL=f"sqlite:///{database}")
+    result = run_local(local(["python", "manage.py", "migrate", "--no-input", "-v0"]), env)
+    assert result.returncode == 0, result.stderr
+    return env
+
+
+@pytest.mark.parametrize("name", ["web", "stream"])
+def test_the_web_and_stream_commands_serve_the_broker(name, migrated_env, tmp_path):
+    port = free_port()
+    argv = [interpolate(part) for part in SERVICES[name]["command"]]
+    argv[argv.index("0.0.0.0")] = "127.0.0.1"
+    argv[argv.index(SERVICES[name]["expose"][0])] = str(port)
+    env = migrated_env
+    url = f"http://127.0.0.1:{port}"
+    with running(local(argv), env=env, log=tmp_path / "server.log", ready_url=f"{url}/readyz"):
+        assert httpx.get(f"{url}/readyz").json()["status"] == "ok"
+        card = httpx.get(f"{url}/.well-known/agent-card.json")
+        assert card.status_code == 200 and card.json()["name"] == "Hikyaku"
+
+
+# --- nginx ------------------------------------------------------------------------------------
+
+
+def test_nginx_conf_routes_the_stream_paths():
+    for path in ("/api/v1/subscribe", "/ui/stream", "/mcp", "/a2a/", "text/event-stream"):
+        assert path in NGINX_CONF, path
+    assert "server web:8000" in NGINX_CONF and "server stream:8001" in NGINX_CONF
+    assert NGINX_CONF.count("proxy_buffering off") >= 4
+    assert SERVICES["web"]["expose"] == ["8000"] and SERVICES["stream"]["expose"] == ["8001"]
+
+
+class Upstream(ThreadingHTTPServer):
+    """A fake web or stream server: says who answered, and streams slowly when asked."""
+
+    daemon_threads = True
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(("127.0.0.1", free_port()), UpstreamHandler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+class UpstreamHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        if "slow" in self.path:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for chunk in (b"data: first\n\n", b"data: second\n\n"):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+                time.sleep(1.5)
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        payload = json.dumps(
+            {
+                "upstream": self.server.name,
+                "method": self.command,
+                "path": self.path,
+                "body": body.decode(),
+                "forwarded_for": self.headers.get("X-Forwarded-For"),
+                "request_id": self.headers.get("X-Request-Id"),
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = do_DELETE = _answer
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory):
+    nginx = shutil.which("nginx") or (
+        "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None
+    )
+    if nginx is None:
+        pytest.skip("nginx is not installed (apt-get install nginx)")
+    tmp_path = tmp_path_factory.mktemp("nginx")
+    web, stream = Upstream("web"), Upstream("stream")
+    port = free_port()
+    conf = (
+        NGINX_CONF.replace("server web:8000;", f"server 127.0.0.1:{web.server_port};")
+        .replace("server stream:8001;", f"server 127.0.0.1:{stream.server_port};")
+        .replace("listen 80;", f"listen 127.0.0.1:{port};")
+        .replace("access_log /dev/stdout;", f"access_log {tmp_path}/access.log;")
+        .replace("error_log /dev/stderr warn;", f"error_log {tmp_path}/error.log warn;")
+    )
+    conf_path = tmp_path / "nginx.conf"
+    conf_path.write_text(conf)
+    globals_ = f"daemon off; pid {tmp_path}/nginx.pid;"
+    check = subprocess.run(
+        [nginx, "-t", "-p", str(tmp_path), "-c", str(conf_path), "-g", globals_],
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0, check.stderr
+    process = subprocess.Popen(
+        [nginx, "-p", str(tmp_path), "-c", str(conf_path), "-g", globals_],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, (tmp_path / "error.log").read_text()
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(10)
+        web.shutdown()
+        stream.shutdown()
+
+
+SSE = {"Accept": "text/event-stream"}
+JSON = {"Accept": "application/json"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "upstream"),
+    [
+        ("GET", "/api/v1/subscribe", SSE, "stream"),
+        ("GET", "/api/v1/subscribe?since=42", {}, "stream"),
+        ("GET", "/ui/stream", SSE, "stream"),
+        ("GET", "/ui/stream/tenant-x", SSE, "stream"),
+        ("POST", "/mcp", JSON, "stream"),
+        ("GET", "/mcp", SSE, "stream"),
+        ("DELETE", "/mcp", {}, "stream"),
+        ("POST", "/", SSE, "stream"),
+        ("POST", "/", {"Accept": "application/json, text/event-stream"}, "stream"),
+        ("POST", "/a2a/", SSE, "stream"),
+        ("POST", "/a2a/agents/0b7e/", SSE, "stream"),
+        ("POST", "/", JSON, "web"),
+        ("POST", "/a2a/", JSON, "web"),
+        ("POST", "/a2a/agents/0b7e/", {}, "web"),
+        ("GET", "/", SSE, "web"),
+        ("GET", "/api/v1/agents", JSON, "web"),
+        ("POST", "/api/v1/agents", JSON, "web"),
+        ("GET", "/api/v1/subscribers", SSE, "web"),
+        ("GET", "/ui/", {}, "web"),
+        ("GET", "/admin/", {}, "web"),
+        ("GET", "/static/app.css", {}, "web"),
+        ("GET", "/.well-known/agent-card.json", {}, "web"),
+        ("GET", "/a2a/agents/0b7e/.well-known/agent-card.json", SSE, "web"),
+    ],
+)
+def test_nginx_sends_streams_to_stream_and_the_rest_to_web(proxy, method, path, headers, upstream):
+    body = '{"jsonrpc": "2.0"}' if method == "POST" else None
+    response = httpx.request(method, proxy + path, headers=headers, content=body, timeout=5)
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["upstream"] == upstream
+    assert (answer["method"], answer["path"]) == (method, path)
+    assert answer["body"] == (body or "")
+    assert answer["forwarded_for"] == "127.0.0.1"
+
+
+def test_nginx_passes_or_makes_a_request_id(proxy):
+    given = httpx.get(proxy + "/healthz", headers={"X-Request-Id": "abc-1"}).json()
+    assert given["request_id"] == "abc-1"
+    made = httpx.get(proxy + "/healthz").json()
+    assert re.fullmatch(r"[0-9a-f]{32}", made["request_id"])
+
+
+def test_nginx_does_not_serve_metrics(proxy):
+    response = httpx.get(proxy + "/metrics")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "NOT_FOUND"
+
+
+def first_chunk_after(url: str, **kwargs) -> float:
+    started = time.monotonic()
+    with httpx.stream(kwargs.pop("method", "GET"), url, timeout=10, **kwargs) as response:
+        for _ in response.iter_raw():
+            return time.monotonic() - started
+    raise AssertionError("no body")
+
+
+def test_stream_events_pass_through_the_proxy_as_they_happen(proxy):
+    # The fake upstream sends its first event at once and the second 1.5 s later.
+    assert first_chunk_after(proxy + "/api/v1/subscribe?slow") < 1.0
+    assert first_chunk_after(proxy + "/ui/stream?slow") < 1.0
+    assert first_chunk_after(proxy + "/mcp?slow", method="POST", headers=SSE, content="{}") < 1.0
+    assert first_chunk_after(proxy + "/?slow", method="POST", headers=SSE, content="{}") < 1.0
+    assert first_chunk_after(proxy + "/a2a/?slow", method="POST", headers=SSE, content="{}") < 1.0
+
+
+def test_stream_routes_may_stay_open_for_an_hour():
+    stream_blocks = re.findall(r"location [^{]*\{[^}]*proxy_pass http://stream;[^}]*\}", NGINX_CONF)
+    assert len(stream_blocks) == 5
+    for block in stream_blocks:
+        assert "proxy_buffering off;" in block and "proxy_read_timeout 1h;" in block, block
