@@ -300,6 +300,7 @@ def json_rpc(path: str) -> Route:
 ROUTES: dict[str, Route] = {
     "healthz": Route("public liveness, no ids"),
     "readyz": Route("public readiness, no ids"),
+    "metrics": Route("operator metrics (loopback or token), aggregate counters, no ids"),
     ".well-known/agent-card.json": Route("the broker's public card, no ids"),
     "api/schema/": Route("public OpenAPI schema, no ids"),
     "api/docs/": Route("public API docs page, no ids"),
@@ -533,7 +534,7 @@ def normalised(response, the_id: str) -> tuple:
     headers = {
         k: clean(v)
         for k, v in response.headers.items()
-        if k.lower() not in ("content-length", "expires", "date")
+        if k.lower() not in ("content-length", "expires", "date", "x-request-id")
     }
     cookies = {name: clean(morsel.OutputString()) for name, morsel in response.cookies.items()}
     return (
