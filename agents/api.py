@@ -5,7 +5,12 @@ from __future__ import annotations
 from a2a.types import AgentSkill
 from django.db import transaction
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
 from google.protobuf.json_format import ParseDict, ParseError
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -29,6 +34,37 @@ AGENT_AUTH_PARAMS = [
         description="The acting agent's id (with a tenant API key; optional with an agent token).",
     )
 ]
+
+
+class ErrorDetail(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+    details = serializers.DictField(required=False)
+
+
+class ErrorEnvelope(serializers.Serializer):
+    """The REST error envelope of DESIGN.md §3 (hikyaku.errors)."""
+
+    error = ErrorDetail()
+
+
+_ERROR_MEANINGS = {
+    400: "INVALID_REQUEST: validation failed; `details` names the fields.",
+    401: "UNAUTHORIZED: missing or invalid credentials.",
+    403: "FORBIDDEN: agents may only change themselves.",
+    404: "AGENT_NOT_FOUND / NOT_FOUND: unknown, deregistered, or another tenant's.",
+    413: "PAYLOAD_TOO_LARGE: the body exceeds the limit.",
+    429: "RATE_LIMITED: slow down; see Retry-After.",
+    503: "UNAVAILABLE: the database is unreachable; retry shortly.",
+}
+
+
+def errors(*statuses: int) -> dict[int, OpenApiResponse]:
+    """Error responses for `extend_schema(responses=…)`; 401, 429 and 503 are always possible."""
+    return {
+        status: OpenApiResponse(ErrorEnvelope, description=_ERROR_MEANINGS[status])
+        for status in sorted({*statuses, 401, 429, 503})
+    }
 
 
 def agent_identity(request: Request) -> AgentIdentity:
@@ -128,11 +164,33 @@ class AgentPatchIn(serializers.Serializer):
         return attrs
 
 
+class ListParams(serializers.Serializer):
+    """Query parameters of the agent list; also their OpenAPI description."""
+
+    q = serializers.CharField(
+        required=False,
+        default="",
+        max_length=200,
+        allow_blank=True,
+        help_text="Case-insensitive name search.",
+    )
+    limit = serializers.IntegerField(
+        required=False, default=100, min_value=1, max_value=500, help_text="Page size."
+    )
+    cursor = serializers.CharField(
+        required=False,
+        default=None,
+        max_length=1000,
+        allow_blank=True,
+        help_text="`next_cursor` of the previous page (empty: the first page).",
+    )
+
+
 class AgentListView(APIView):
     @extend_schema(
         operation_id="register_agent",
         request=RegisterIn,
-        responses={201: RegisterOut},
+        responses={201: RegisterOut, **errors(400, 413)},
         description="Register an agent with a tenant API key (`Authorization: Bearer hky_…`). "
         "The agent token is returned once.",
     )
@@ -158,9 +216,7 @@ class AgentListView(APIView):
         operation_id="list_agents",
         parameters=[
             *AGENT_AUTH_PARAMS,
-            OpenApiParameter("q", str, description="Case-insensitive name search."),
-            OpenApiParameter("limit", int, description="Page size, 1–500 (default 100)."),
-            OpenApiParameter("cursor", str, description="`next_cursor` of the previous page."),
+            ListParams,
         ],
         responses={
             200: inline_serializer(
@@ -169,23 +225,19 @@ class AgentListView(APIView):
                     "agents": AgentOut(many=True),
                     "next_cursor": serializers.CharField(allow_null=True),
                 },
-            )
+            ),
+            **errors(400),
         },
     )
     def get(self, request: Request) -> Response:
         identity = agent_identity(request)
-        params = ListParams(data=request.query_params)
+        # A plain dict, so `?limit=` is an invalid integer rather than "use the default".
+        params = ListParams(data=request.query_params.dict())
         params.is_valid(raise_exception=True)
         agents, next_cursor = selectors.list_active_agents(
             tenant=identity.tenant, **params.validated_data
         )
         return Response({"agents": AgentOut(agents, many=True).data, "next_cursor": next_cursor})
-
-
-class ListParams(serializers.Serializer):
-    q = serializers.CharField(required=False, default="", max_length=200, allow_blank=True)
-    limit = serializers.IntegerField(required=False, default=100, min_value=1, max_value=500)
-    cursor = serializers.CharField(required=False, default=None, max_length=1000)
 
 
 class AgentDetailView(APIView):
@@ -196,7 +248,9 @@ class AgentDetailView(APIView):
         return identity.agent
 
     @extend_schema(
-        operation_id="get_agent", parameters=AGENT_AUTH_PARAMS, responses={200: AgentDetailOut}
+        operation_id="get_agent",
+        parameters=AGENT_AUTH_PARAMS,
+        responses={200: AgentDetailOut, **errors(404)},
     )
     def get(self, request: Request, agent_id: str) -> Response:
         identity = agent_identity(request)
@@ -208,7 +262,7 @@ class AgentDetailView(APIView):
         operation_id="update_agent",
         parameters=AGENT_AUTH_PARAMS,
         request=AgentPatchIn,
-        responses={200: AgentDetailOut},
+        responses={200: AgentDetailOut, **errors(400, 403, 404, 413)},
     )
     def patch(self, request: Request, agent_id: str) -> Response:
         identity = agent_identity(request)
@@ -220,7 +274,9 @@ class AgentDetailView(APIView):
         return Response(AgentDetailOut(agent, context=context).data)
 
     @extend_schema(
-        operation_id="deregister_agent", parameters=AGENT_AUTH_PARAMS, responses={204: None}
+        operation_id="deregister_agent",
+        parameters=AGENT_AUTH_PARAMS,
+        responses={204: None, **errors(403, 404)},
     )
     def delete(self, request: Request, agent_id: str) -> Response:
         identity = agent_identity(request)
@@ -237,7 +293,8 @@ class AgentTokenView(APIView):
             200: inline_serializer(
                 "AgentToken",
                 {"agent_id": serializers.UUIDField(), "agent_token": serializers.CharField()},
-            )
+            ),
+            **errors(403, 404),
         },
         description="Issue a new agent token; the previous token stops working at once.",
     )

@@ -60,7 +60,7 @@ def decode_cursor(cursor: str, *, length: int) -> list:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         values = json.loads(base64.urlsafe_b64decode(padded.encode()))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         values = None
     if not isinstance(values, list) or len(values) != length:
         raise InvalidRequest("Invalid cursor.", details={"cursor": ["invalid"]})

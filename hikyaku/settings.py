@@ -212,7 +212,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": [],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["hikyaku.parsers.StrictJSONParser"],
     "EXCEPTION_HANDLER": "hikyaku.errors.rest_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
@@ -224,6 +224,18 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Every operation authenticates with a bearer credential (DESIGN.md §2): an agent token,
+    # or a tenant API key (plus X-Agent-Id when acting as an agent).
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {
+            "bearer": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "Agent token (hka_…), or tenant API key (hky_…) with X-Agent-Id.",
+            }
+        }
+    },
+    "SECURITY": [{"bearer": []}],
 }
 
 # Product settings.

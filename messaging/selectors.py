@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet
@@ -83,9 +83,9 @@ def list_tasks(
     if page_token:
         stamp, last_id = decode_cursor(page_token, length=2)
         try:
-            stamp_dt = datetime.fromisoformat(stamp)
+            stamp_dt = datetime.fromisoformat(stamp).astimezone(UTC)
             last_pk = uuid.UUID(last_id)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise InvalidRequest("Invalid pageToken.", details={"field": "pageToken"}) from None
         tasks = tasks.filter(Q(status_at__lt=stamp_dt) | Q(status_at=stamp_dt, id__lt=last_pk))
     page = list(

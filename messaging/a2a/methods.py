@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from hikyaku.errors import InvalidRequest
@@ -51,14 +51,19 @@ def _wrap(call: Call, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def send_message(call: Call) -> dict[str, Any]:
+    # Every parameter is checked before the send: an error after it committed would tell the
+    # client "failed" about a message that was delivered.
+    configuration = call.params.get("configuration") or {}
+    if not isinstance(configuration, dict):
+        raise InvalidRequest(
+            "params.configuration must be an object.", details={"field": "configuration"}
+        )
+    history_length = _int_param(configuration, "historyLength", low=0, high=10_000, default=None)
     message = parse_message(call.params.get("message"), call.dialect)
     push_config = push.config_in_send(call)  # validated before anything is sent
     task = services.send_message(sender=call.sender, message=message)
     if push_config is not None:
         push.attach_to_sent_task(call, task, push_config)
-    history_length = _int_param(
-        call.params.get("configuration") or {}, "historyLength", low=0, high=10_000, default=None
-    )
     return {"task": render_task(task, call.dialect, history_length=history_length)}
 
 
@@ -94,7 +99,9 @@ def list_filters(params: dict[str, Any], *, include_artifacts_default: bool) -> 
     if after is not None:
         try:
             status_after = datetime.fromisoformat(str(after).replace("Z", "+00:00"))
-        except ValueError:
+            if status_after.tzinfo is not None:
+                status_after = status_after.astimezone(UTC)
+        except (ValueError, OverflowError):
             raise InvalidRequest(
                 "statusTimestampAfter must be an RFC 3339 timestamp.",
                 details={"field": "statusTimestampAfter"},

@@ -9,12 +9,20 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.views.decorators.csrf import csrf_exempt
 
 from agents.auth import authenticate_agent
-from hikyaku.errors import HikyakuError, RateLimited, ServiceUnavailable, Unauthenticated, decorate
+from hikyaku import parsers
+from hikyaku.errors import (
+    HikyakuError,
+    InvalidRequest,
+    RateLimited,
+    ServiceUnavailable,
+    Unauthenticated,
+    decorate,
+)
 
 from ..services import Sender
 from ..stream.a2a import STREAMING_METHODS, wsgi_response
@@ -87,8 +95,8 @@ def parse_envelope(request: HttpRequest) -> Envelope | HttpResponse:
     """The request's JSON-RPC envelope, or the error response to send instead (shared by the
     broker endpoint and the agents' own endpoints)."""
     try:
-        payload = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
+        payload = parsers.loads(request.body)
+    except ValueError:
         return _json(
             errors.response(
                 None,
@@ -120,6 +128,14 @@ def error_reply(request_id: Any, exc: Exception, method: str) -> HttpResponse:
         return response
     if isinstance(exc, HikyakuError):
         return _json(errors.response(request_id, errors.from_domain(exc)))
+    if isinstance(exc, DataError):
+        # A value the database refuses (too long, out of range): the request's fault, so
+        # never a 503 that invites the client to retry the same thing forever.
+        log.warning("database refused a value during %s: %s", method, exc)
+        error = InvalidRequest(
+            "A value in the request cannot be stored (too long or out of range)."
+        )
+        return _json(errors.response(request_id, errors.from_domain(error)))
     log.warning("database unavailable during %s: %s", method, exc.__class__.__name__)
     return _json(errors.response(request_id, errors.from_domain(ServiceUnavailable())), status=503)
 

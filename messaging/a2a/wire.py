@@ -22,6 +22,8 @@ from hikyaku.errors import HikyakuError, InvalidRequest
 
 from ..models import Task, TaskState
 
+MAX_MESSAGE_ID_LENGTH = Task._meta.get_field("message_id").max_length
+
 
 class VersionNotSupported(HikyakuError):
     """A2A protocol version not supported."""
@@ -102,6 +104,11 @@ def parse_message(
     if not proto.message_id:
         raise InvalidRequest(
             "message.messageId is required.", details={"field": "message.messageId"}
+        )
+    if len(proto.message_id) > MAX_MESSAGE_ID_LENGTH:
+        raise InvalidRequest(
+            f"message.messageId is longer than {MAX_MESSAGE_ID_LENGTH} characters.",
+            details={"field": "message.messageId"},
         )
     message = MessageToDict(proto)
     message.setdefault("role", "ROLE_USER")
