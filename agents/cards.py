@@ -23,6 +23,10 @@ from .models import Agent
 VERSION = "1.0.0"
 # Flipped on by the issues that implement them, so the card never promises more than we serve.
 CAPABILITIES = {"streaming": True, "push_notifications": True}
+# An agent's own endpoint (/a2a/agents/<id>/) does not stream yet, and push delivery to
+# external callers is not verified by the conformance run, so its card promises neither:
+# a card must never promise more than its endpoint serves.
+PEER_CAPABILITIES = {"streaming": False, "push_notifications": False}
 
 
 def base_url(request: HttpRequest | None) -> str:
@@ -162,7 +166,7 @@ def agent_card(agent: Agent, request: HttpRequest | None) -> dict[str, Any]:
         provider=AgentProvider(organization="Hikyaku", url=base),
         version=VERSION,
         documentation_url=f"{base}/api/docs/",
-        capabilities=AgentCapabilities(**CAPABILITIES),
+        capabilities=AgentCapabilities(**PEER_CAPABILITIES),
         default_input_modes=input_modes(agent),
         default_output_modes=["text/plain", "application/json"],
         skills=_skills(agent),

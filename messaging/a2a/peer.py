@@ -57,7 +57,7 @@ from .. import selectors, services, waiting
 from ..models import Task, TaskState
 from ..services import Sender
 from . import errors
-from .methods import Call, _int_param, list_filters
+from .methods import _int_param, list_filters
 from .push import PUSH_METHODS
 from .views import _json, error_reply, not_post, parse_envelope, result_reply
 from .wire import Dialect, dialect_for, parse_message, task_v03, task_v1
@@ -307,14 +307,14 @@ def streaming_not_here(call: PeerCall) -> dict[str, Any]:
     raise UnsupportedOperation("Streaming is not available on this endpoint yet.")
 
 
-def _as_broker_call(method):
-    """A broker method (push configs) served on an agent's endpoint: the caller is the sender
-    of record, so the same party checks apply."""
+class PushNotSupported(UnsupportedOperation):
+    """Push notifications are not supported on an agent's own endpoint (its card says so)."""
 
-    def serve(call: PeerCall) -> Any:
-        return method(Call(sender=call.sender, dialect=call.dialect, params=call.params))
+    rpc_code, rpc_reason = -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED"
 
-    return serve
+
+def push_not_supported(call: PeerCall) -> dict[str, Any]:
+    raise PushNotSupported()
 
 
 def no_extended_card(call: PeerCall) -> dict[str, Any]:
@@ -334,7 +334,7 @@ PEER_METHODS: dict[str, Callable[[PeerCall], dict[str, Any]]] = {
     "message/stream": streaming_not_here,
     "SubscribeToTask": streaming_not_here,
     "tasks/resubscribe": streaming_not_here,
-    **{name: _as_broker_call(method) for name, method in PUSH_METHODS.items()},
+    **dict.fromkeys(PUSH_METHODS, push_not_supported),
     "GetExtendedAgentCard": no_extended_card,
     "agent/getAuthenticatedExtendedCard": no_extended_card,
 }

@@ -386,8 +386,8 @@ def test_protocol_errors(bob):
     assert err(bob, "Nope")["code"] == -32601
     assert err(bob, "SendMessage", {})["code"] == -32602
     assert err(bob, "GetTask", {"id": "tck-nonexistent"})["code"] == -32001
-    # Push configs are served here too: an unknown task is not found.
-    assert err(bob, "CreateTaskPushNotificationConfig", {"taskId": "t"})["code"] == -32001
+    # The agent's card declares no push notifications, so its endpoint says so.
+    assert err(bob, "CreateTaskPushNotificationConfig", {"taskId": "t"})["code"] == -32003
     assert err(bob, "SendStreamingMessage", {"message": say()})["code"] == -32004
     assert err(bob, "GetExtendedAgentCard")["code"] == -32004
     version = err(bob, "SendMessage", {"message": say()}, version="99.0")
