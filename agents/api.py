@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from a2a.types import AgentSkill
 from django.db import transaction
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
 from google.protobuf.json_format import ParseDict, ParseError
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -28,6 +34,37 @@ AGENT_AUTH_PARAMS = [
         description="The acting agent's id (with a tenant API key; optional with an agent token).",
     )
 ]
+
+
+class ErrorDetail(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+    details = serializers.DictField(required=False)
+
+
+class ErrorEnvelope(serializers.Serializer):
+    """The REST error envelope of DESIGN.md §3 (hikyaku.errors)."""
+
+    error = ErrorDetail()
+
+
+_ERROR_MEANINGS = {
+    400: "INVALID_REQUEST: validation failed; `details` names the fields.",
+    401: "UNAUTHORIZED: missing or invalid credentials.",
+    403: "FORBIDDEN: agents may only change themselves.",
+    404: "AGENT_NOT_FOUND / NOT_FOUND: unknown, deregistered, or another tenant's.",
+    413: "PAYLOAD_TOO_LARGE: the body exceeds the limit.",
+    429: "RATE_LIMITED: slow down; see Retry-After.",
+    503: "UNAVAILABLE: the database is unreachable; retry shortly.",
+}
+
+
+def errors(*statuses: int) -> dict[int, OpenApiResponse]:
+    """Error responses for `extend_schema(responses=…)`; 401, 429 and 503 are always possible."""
+    return {
+        status: OpenApiResponse(ErrorEnvelope, description=_ERROR_MEANINGS[status])
+        for status in sorted({*statuses, 401, 429, 503})
+    }
 
 
 def agent_identity(request: Request) -> AgentIdentity:
@@ -97,8 +134,13 @@ class AgentOut(serializers.Serializer):
 
 
 class AgentDetailOut(AgentOut):
-    webhook_url = serializers.CharField()
+    webhook_url = serializers.SerializerMethodField()
     agent_card = serializers.SerializerMethodField()
+
+    def get_webhook_url(self, agent: Agent) -> str:
+        # A webhook URL often carries a secret of its own: only its agent sees it.
+        viewer = self.context.get("viewer")
+        return agent.webhook_url if viewer is not None and viewer.pk == agent.pk else ""
 
     def get_agent_card(self, agent: Agent) -> dict:
         return agent_card(agent, self.context.get("request"))
@@ -122,11 +164,33 @@ class AgentPatchIn(serializers.Serializer):
         return attrs
 
 
+class ListParams(serializers.Serializer):
+    """Query parameters of the agent list; also their OpenAPI description."""
+
+    q = serializers.CharField(
+        required=False,
+        default="",
+        max_length=200,
+        allow_blank=True,
+        help_text="Case-insensitive name search.",
+    )
+    limit = serializers.IntegerField(
+        required=False, default=100, min_value=1, max_value=500, help_text="Page size."
+    )
+    cursor = serializers.CharField(
+        required=False,
+        default=None,
+        max_length=1000,
+        allow_blank=True,
+        help_text="`next_cursor` of the previous page (empty: the first page).",
+    )
+
+
 class AgentListView(APIView):
     @extend_schema(
         operation_id="register_agent",
         request=RegisterIn,
-        responses={201: RegisterOut},
+        responses={201: RegisterOut, **errors(400, 413)},
         description="Register an agent with a tenant API key (`Authorization: Bearer hky_…`). "
         "The agent token is returned once.",
     )
@@ -152,9 +216,7 @@ class AgentListView(APIView):
         operation_id="list_agents",
         parameters=[
             *AGENT_AUTH_PARAMS,
-            OpenApiParameter("q", str, description="Case-insensitive name search."),
-            OpenApiParameter("limit", int, description="Page size, 1–500 (default 100)."),
-            OpenApiParameter("cursor", str, description="`next_cursor` of the previous page."),
+            ListParams,
         ],
         responses={
             200: inline_serializer(
@@ -163,23 +225,19 @@ class AgentListView(APIView):
                     "agents": AgentOut(many=True),
                     "next_cursor": serializers.CharField(allow_null=True),
                 },
-            )
+            ),
+            **errors(400),
         },
     )
     def get(self, request: Request) -> Response:
         identity = agent_identity(request)
-        params = ListParams(data=request.query_params)
+        # A plain dict, so `?limit=` is an invalid integer rather than "use the default".
+        params = ListParams(data=request.query_params.dict())
         params.is_valid(raise_exception=True)
         agents, next_cursor = selectors.list_active_agents(
             tenant=identity.tenant, **params.validated_data
         )
         return Response({"agents": AgentOut(agents, many=True).data, "next_cursor": next_cursor})
-
-
-class ListParams(serializers.Serializer):
-    q = serializers.CharField(required=False, default="", max_length=200, allow_blank=True)
-    limit = serializers.IntegerField(required=False, default=100, min_value=1, max_value=500)
-    cursor = serializers.CharField(required=False, default=None, max_length=1000)
 
 
 class AgentDetailView(APIView):
@@ -190,18 +248,21 @@ class AgentDetailView(APIView):
         return identity.agent
 
     @extend_schema(
-        operation_id="get_agent", parameters=AGENT_AUTH_PARAMS, responses={200: AgentDetailOut}
+        operation_id="get_agent",
+        parameters=AGENT_AUTH_PARAMS,
+        responses={200: AgentDetailOut, **errors(404)},
     )
     def get(self, request: Request, agent_id: str) -> Response:
         identity = agent_identity(request)
         agent = selectors.active_agent(tenant=identity.tenant, agent_id=agent_id)
-        return Response(AgentDetailOut(agent, context={"request": request}).data)
+        context = {"request": request, "viewer": identity.agent}
+        return Response(AgentDetailOut(agent, context=context).data)
 
     @extend_schema(
         operation_id="update_agent",
         parameters=AGENT_AUTH_PARAMS,
         request=AgentPatchIn,
-        responses={200: AgentDetailOut},
+        responses={200: AgentDetailOut, **errors(400, 403, 404, 413)},
     )
     def patch(self, request: Request, agent_id: str) -> Response:
         identity = agent_identity(request)
@@ -209,10 +270,13 @@ class AgentDetailView(APIView):
         data = AgentPatchIn(data=request.data)
         data.is_valid(raise_exception=True)
         services.update_agent(agent=agent, **data.validated_data)
-        return Response(AgentDetailOut(agent, context={"request": request}).data)
+        context = {"request": request, "viewer": agent}
+        return Response(AgentDetailOut(agent, context=context).data)
 
     @extend_schema(
-        operation_id="deregister_agent", parameters=AGENT_AUTH_PARAMS, responses={204: None}
+        operation_id="deregister_agent",
+        parameters=AGENT_AUTH_PARAMS,
+        responses={204: None, **errors(403, 404)},
     )
     def delete(self, request: Request, agent_id: str) -> Response:
         identity = agent_identity(request)
@@ -229,7 +293,8 @@ class AgentTokenView(APIView):
             200: inline_serializer(
                 "AgentToken",
                 {"agent_id": serializers.UUIDField(), "agent_token": serializers.CharField()},
-            )
+            ),
+            **errors(403, 404),
         },
         description="Issue a new agent token; the previous token stops working at once.",
     )
@@ -241,3 +306,110 @@ class AgentTokenView(APIView):
         with transaction.atomic():
             raw = services.rotate_agent_token(agent=identity.agent)
         return Response({"agent_id": str(agent.pk), "agent_token": raw})
+
+
+class AllowListField(serializers.ListField):
+    child = StrictCharField(max_length=64)
+
+
+class PolicyIn(serializers.Serializer):
+    send_to = AllowListField(required=False, max_length=1000)
+    receive_from = AllowListField(required=False, max_length=1000)
+    disclosure_ceiling = serializers.ChoiceField(
+        choices=["public-safe", "internal", "restricted"], required=False
+    )
+
+    def validate(self, attrs):
+        unknown = (
+            set(self.initial_data) - set(self.fields)
+            if isinstance(self.initial_data, dict)
+            else set()
+        )
+        if unknown:
+            raise serializers.ValidationError({f: ["Unknown field."] for f in sorted(unknown)})
+        return attrs
+
+
+class PolicyOut(serializers.Serializer):
+    agent_id = serializers.UUIDField(source="id")
+    status = serializers.CharField()
+    send_to = serializers.ListField(child=serializers.CharField())
+    receive_from = serializers.ListField(child=serializers.CharField())
+    disclosure_ceiling = serializers.CharField()
+
+
+OPERATOR_AUTH = (
+    "Operator endpoint: authenticate with a tenant API key (`Authorization: Bearer hky_…`); "
+    "agent tokens are refused, so an agent holding only its token cannot change its own "
+    "policy. Tenants whose agents must not hold the key turn on 'require agent tokens'."
+)
+
+
+class AgentPolicyView(APIView):
+    """Who an agent may talk to (DESIGN.md §4.5), for the tenant's operators."""
+
+    @extend_schema(
+        operation_id="get_agent_policy",
+        responses={200: PolicyOut},
+        description=OPERATOR_AUTH,
+    )
+    def get(self, request: Request, agent_id: str) -> Response:
+        api_key = authenticate_key(request.headers.get("Authorization"))
+        agent = selectors.manageable_agent(tenant=api_key.tenant, agent_id=agent_id)
+        return Response(PolicyOut(agent).data)
+
+    @extend_schema(
+        operation_id="set_agent_policy",
+        request=PolicyIn,
+        responses={200: PolicyOut},
+        description="Set an agent's allow-lists (`send_to`, `receive_from`: agent ids of this "
+        'tenant, or `["*"]` for anyone; `[]` for nobody) and disclosure ceiling. Fields left '
+        "out keep their value. Narrowing a policy closes access to existing history at once. "
+        + OPERATOR_AUTH,
+    )
+    def put(self, request: Request, agent_id: str) -> Response:
+        api_key = authenticate_key(request.headers.get("Authorization"))
+        agent = selectors.manageable_agent(tenant=api_key.tenant, agent_id=agent_id)
+        data = PolicyIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.set_agent_policy(agent=agent, **data.validated_data)
+        return Response(PolicyOut(agent).data)
+
+
+class WebhookSecretView(APIView):
+    """The key of the HMAC in X-Hikyaku-Signature on this agent's webhook deliveries."""
+
+    def _own(self, request: Request, agent_id: str) -> Agent:
+        identity = agent_identity(request)
+        agent = selectors.active_agent(tenant=identity.tenant, agent_id=agent_id)
+        if agent.pk != identity.agent.pk:
+            raise Forbidden("Agents can only see their own webhook secret.")
+        return identity.agent
+
+    @extend_schema(
+        operation_id="get_webhook_secret",
+        parameters=AGENT_AUTH_PARAMS,
+        responses={
+            200: inline_serializer(
+                "WebhookSecret",
+                {"agent_id": serializers.UUIDField(), "webhook_secret": serializers.CharField()},
+            )
+        },
+        description="The agent's webhook signing secret (see docs/WEBHOOKS.md).",
+    )
+    def get(self, request: Request, agent_id: str) -> Response:
+        agent = self._own(request, agent_id)
+        secret = services.webhook_secret(agent=agent)
+        return Response({"agent_id": str(agent.pk), "webhook_secret": secret})
+
+    @extend_schema(
+        operation_id="rotate_webhook_secret",
+        parameters=AGENT_AUTH_PARAMS,
+        request=None,
+        responses={200: OpenApiTypes.OBJECT},
+        description="Issue a new webhook signing secret; deliveries from now on use it.",
+    )
+    def post(self, request: Request, agent_id: str) -> Response:
+        agent = self._own(request, agent_id)
+        secret = services.rotate_webhook_secret(agent=agent)
+        return Response({"agent_id": str(agent.pk), "webhook_secret": secret})

@@ -145,7 +145,7 @@ def _validation_details(detail: Any) -> dict[str, Any]:
 
 def rest_exception_handler(exc: Exception, context: dict) -> Response | None:
     """DRF exception handler: every error leaves in the envelope of DESIGN.md §3."""
-    from django.db import DatabaseError
+    from django.db import DatabaseError, DataError
     from django.http import Http404
 
     error: HikyakuError
@@ -170,6 +170,13 @@ def rest_exception_handler(exc: Exception, context: dict) -> Response | None:
         return response
     elif isinstance(exc, drf_exceptions.Throttled):
         error = RateLimited()
+    elif isinstance(exc, DataError):
+        # The database refused a value of the request (too long, out of range): a 400, never
+        # a 503 that invites the client to retry the same request forever.
+        log.warning("database refused a value: %s", exc)
+        error = InvalidRequest(
+            "A value in the request cannot be stored (too long or out of range)."
+        )
     elif isinstance(exc, DatabaseError):
         log.warning("database unavailable: %s", exc.__class__.__name__)
         error = ServiceUnavailable()

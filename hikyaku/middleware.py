@@ -5,6 +5,7 @@ from collections.abc import Callable
 
 from asgiref.sync import iscoroutinefunction
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from django.utils.decorators import sync_and_async_middleware
 
@@ -12,7 +13,9 @@ from .errors import PayloadTooLarge, error_response
 
 
 class BodyLimitMiddleware:
-    """Refuse bodies over HIKYAKU_MAX_BODY_BYTES with 413 before reading them."""
+    """Refuse bodies over HIKYAKU_MAX_BODY_BYTES with 413: before reading them when
+    Content-Length says so, and after buffering them when it is absent (chunked uploads),
+    where Django would otherwise answer a bare 400 from deep inside `request.body`."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -29,6 +32,15 @@ class BodyLimitMiddleware:
                     f"{settings.HIKYAKU_MAX_BODY_BYTES}."
                 )
             )
+        if not length and request.method in ("POST", "PUT", "PATCH"):
+            try:
+                request.body  # noqa: B018  (buffers the body, checking its real size)
+            except RequestDataTooBig:
+                return error_response(
+                    PayloadTooLarge(
+                        f"Request body exceeds the limit of {settings.HIKYAKU_MAX_BODY_BYTES} bytes."
+                    )
+                )
         return self.get_response(request)
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents.api import AGENT_AUTH_PARAMS, agent_identity
+from agents.api import AGENT_AUTH_PARAMS, agent_identity, errors
 
 from . import selectors
 from .services import Sender
@@ -33,8 +33,18 @@ class EventOut(serializers.Serializer):
 
 
 class EventsParams(serializers.Serializer):
-    limit = serializers.IntegerField(required=False, default=100, min_value=1, max_value=500)
-    cursor = serializers.CharField(required=False, default=None, max_length=200)
+    """Query parameters of a task's timeline; also their OpenAPI description."""
+
+    limit = serializers.IntegerField(
+        required=False, default=100, min_value=1, max_value=500, help_text="Page size."
+    )
+    cursor = serializers.CharField(
+        required=False,
+        default=None,
+        max_length=200,
+        allow_blank=True,
+        help_text="`next_cursor` of the previous page (empty: the first page).",
+    )
 
 
 class TaskEventsView(APIView):
@@ -42,8 +52,7 @@ class TaskEventsView(APIView):
         operation_id="task_events",
         parameters=[
             *AGENT_AUTH_PARAMS,
-            OpenApiParameter("limit", int, description="Page size, 1–500 (default 100)."),
-            OpenApiParameter("cursor", str, description="`next_cursor` of the previous page."),
+            EventsParams,
         ],
         responses={
             200: inline_serializer(
@@ -53,13 +62,15 @@ class TaskEventsView(APIView):
                     "events": EventOut(many=True),
                     "next_cursor": serializers.CharField(allow_null=True),
                 },
-            )
+            ),
+            **errors(400, 404),
         },
         description="Every event of a task in order, for its sender and recipient.",
     )
     def get(self, request: Request, task_id: str) -> Response:
         identity = agent_identity(request)
-        params = EventsParams(data=request.query_params)
+        # A plain dict, so `?limit=` is an invalid integer rather than "use the default".
+        params = EventsParams(data=request.query_params.dict())
         params.is_valid(raise_exception=True)
         task, events, next_cursor = selectors.task_events(
             sender=Sender(tenant=identity.tenant, agent=identity.agent),

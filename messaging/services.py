@@ -34,11 +34,24 @@ from tenants.models import Tenant
 
 from . import events, policy
 from .models import TERMINAL_STATES, Task, TaskEvent, TaskState
+from .push import delivery as push_delivery
 
 Kind = TaskEvent.Kind
 TASK_FIELDS = tuple(f.name for f in Task._meta.concrete_fields)
 # What sends and transitions need of an agent: identity and policy.
-PARTY_FIELDS = ("id", "tenant", "name", "status", "send_to", "receive_from", "disclosure_ceiling")
+# What the send and lifecycle paths lock and load of each party: policy, and the webhook URL
+# the push fan-out needs (messaging/push/delivery.py). In the model's field order, which
+# hikyaku.rows.build (Model.from_db with some fields deferred) relies on.
+PARTY_FIELDS = (
+    "id",
+    "tenant",
+    "name",
+    "status",
+    "webhook_url",
+    "send_to",
+    "receive_from",
+    "disclosure_ceiling",
+)
 UNREAD = {"state": TaskState.INPUT_REQUIRED, "awaiting": Task.Awaiting.RECIPIENT}
 
 
@@ -195,8 +208,18 @@ def _existing(sender: Sender, message_id: str | None) -> Task | None:
         return None
     tasks = Task.objects.filter(tenant=sender.tenant, message_id=message_id)
     if sender.agent is not None:
-        return tasks.filter(sender=sender.agent).first()
-    return tasks.filter(sender__isnull=True, caller_id=sender.caller_id).first()
+        existing = tasks.select_related("recipient").filter(sender=sender.agent).first()
+    else:
+        existing = tasks.filter(sender__isnull=True, caller_id=sender.caller_id).first()
+    if existing is not None and existing.recipient_id is not None:
+        # A retry after the policy closed the relationship gets what a new send would get.
+        existing.sender = sender.agent
+        if not policy.may_read(sender.agent, existing):
+            raise DestinationNotFound(
+                f"Destination agent not found: {existing.recipient_id}",
+                details={"field": "message.metadata.destination"},
+            )
+    return existing
 
 
 def _replay(existing: Task, digest: str) -> Task:
@@ -237,7 +260,12 @@ def _task_metadata(
     return metadata
 
 
-def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task:
+def deliver_unicast(
+    *, sender: Sender, message: dict[str, Any], to: str, idempotent: bool = True
+) -> Task:
+    """One task in `to`'s inbox. With `idempotent` (the broker endpoint) the messageId is the
+    sender's idempotency key; the per-agent A2A endpoints pass False because A2A does not
+    make messageId one (the A2A TCK reuses ids for distinct sends), so every send is new."""
     message_id = message.get("messageId")
     digest = content_hash(message, to)
     sensitivity = _sensitivity(message)
@@ -273,7 +301,7 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
             thread_root_id=root,
             depth=depth,
             search_text=_search_text(parts),
-            message_id=message_id,
+            message_id=message_id if idempotent else None,
             content_hash=digest,
             created_at=now,
             updated_at=now,
@@ -286,9 +314,10 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
             _store_unicast_in_one_statement(task, event, sender, sensitivity, to)
         else:
             with transaction.atomic():
-                _lock_destination(sender, to, sensitivity)
+                task.recipient = _lock_destination(sender, to, sensitivity)
                 rows.insert(task)
                 rows.insert(event)
+                push_delivery.schedule([event])  # webhooks, enqueued after commit
         metrics.events_written(1)
         events.ring_after_commit(
             agent_ids=[recipient_id], event_id=event.id, tenant_id=task.tenant_id
@@ -297,7 +326,7 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
         # The messageId was used before (a retry): the unique constraint finds it, so the
         # common path pays no extra query for idempotency. A retry whose recipient has left
         # since still gets the original delivery back.
-        existing = _existing(sender, message_id)
+        existing = _existing(sender, message_id) if idempotent else None
         if existing is None:
             raise
         return _replay(existing, digest)
@@ -315,13 +344,16 @@ def _store_unicast_in_one_statement(
     accepts, accepts_params = policy.recipient_accepts_sql("d", sender.agent, sensitivity)
     task_sql, task_params = rows.insert_select(task, source="dest")
     event_sql, event_params = rows.insert_select(event, source="ins")
+    # The recipient's webhook delivery, when it has a webhook (messaging/push/delivery.py).
+    webhook_sql, webhook_params = push_delivery.new_task_delivery_sql(task, dest="dest", event="ev")
     sql = (
-        "WITH dest AS (SELECT d.id FROM agents_agent d"
+        "WITH dest AS (SELECT d.id, d.webhook_url FROM agents_agent d"
         f" WHERE d.id = %s AND d.tenant_id = %s AND d.status = 'active' AND {accepts}"
         " FOR NO KEY UPDATE),"
         f" ins AS ({task_sql} RETURNING id),"
-        f" ev AS ({event_sql} RETURNING id)"
-        " SELECT id FROM ev"
+        f" ev AS ({event_sql} RETURNING id),"
+        f" dl AS ({webhook_sql} RETURNING id)"
+        " SELECT ev.id, (SELECT id FROM dl) FROM ev"
     )
     params = [
         rows.prep(Agent, "id", task.recipient_id),
@@ -329,6 +361,7 @@ def _store_unicast_in_one_statement(
         *accepts_params,
         *task_params,
         *event_params,
+        *webhook_params,
     ]
     # Inside a caller's transaction, a savepoint keeps it usable when a retried messageId
     # hits the unique constraint; at the top of a request the statement stands alone.
@@ -339,6 +372,8 @@ def _store_unicast_in_one_statement(
     if row is None:
         raise _destination_not_found(to)
     event.pk = row[0]
+    if row[1] is not None:
+        push_delivery.enqueue_after_commit([row[1]])
 
 
 def _agent_pk(value: str) -> uuid.UUID | None:
@@ -479,6 +514,7 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
             )
             written = TaskEvent.objects.bulk_create(event_rows)
             metrics.events_written(len(written))
+            push_delivery.schedule(written)  # webhooks, enqueued after commit
             if deliveries:
                 events.ring_after_commit(
                     agent_ids=[r.id for r in recipients],
@@ -553,25 +589,27 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
     return task
 
 
-def cancel_task(*, sender: Sender, task_id: str) -> Task:
-    """CancelTask: the sender withdraws a task the recipient has not read yet."""
+def cancel_task(*, sender: Sender, task_id: str, while_live: bool = False) -> Task:
+    """CancelTask: the sender withdraws a task the recipient has not read yet (compat).
+
+    With `while_live` (the per-agent A2A endpoints, where the caller owns the task the way
+    A2A means it) the sender may cancel any non-terminal task: unread, working, or waiting
+    for the sender's reply; the recipient sees the `cancel` event on its stream."""
 
     def decide(task: Task, roles: set[str]) -> TaskEvent:
         if task.state in TERMINAL_STATES:
             raise TaskNotCancelable(f"Task {task.id} is {task.state} and cannot be canceled.")
-        if (
-            "sender" not in roles
-            or task.state != TaskState.INPUT_REQUIRED
-            or task.awaiting != Task.Awaiting.RECIPIENT
-        ):
+        unread = task.state == TaskState.INPUT_REQUIRED and task.awaiting == Task.Awaiting.RECIPIENT
+        if "sender" not in roles or not (unread or while_live):
             raise TaskNotCancelable(
                 "Only the sender can cancel a task, and only while it is unread."
             )
+        from_state = task.state
         task.state, task.awaiting = TaskState.CANCELED, Task.Awaiting.NOBODY
         task.status_at = task.updated_at = timezone.now()
-        return _event_row(
-            task, sender, Kind.CANCEL, TaskState.INPUT_REQUIRED, TaskState.CANCELED, {}
-        )
+        # A question the recipient asked (block) is no longer the task's status.
+        task.metadata = {k: v for k, v in task.metadata.items() if k != "statusMessage"}
+        return _event_row(task, sender, Kind.CANCEL, from_state, TaskState.CANCELED, {})
 
     task = _transition(sender, task_id, decide)
     metrics.transition(Kind.CANCEL)
@@ -599,6 +637,7 @@ def _transition(sender: Sender, task_id: Any, decide) -> Task:
                 return task
             rows.update(task, _CHANGED)
             rows.insert(event)
+            push_delivery.schedule([event])  # webhooks and push configs, after commit
             events.ring_after_commit(
                 agent_ids=_party_ids(task), event_id=event.id, tenant_id=task.tenant_id
             )
@@ -657,7 +696,8 @@ def _read_party_task(sender: Sender, task_id: Any) -> tuple[Task, set[str]]:
     return task, roles
 
 
-_POLICY_FIELDS = ("name", "status", "send_to", "receive_from", "disclosure_ceiling")
+# Policy, and the webhook URL the push fan-out needs; in model order (rows.build).
+_POLICY_FIELDS = ("name", "status", "webhook_url", "send_to", "receive_from", "disclosure_ceiling")
 _POLICY_COLUMNS = _POLICY_FIELDS
 
 
@@ -668,6 +708,9 @@ def _compare_and_set(task: Task, expected: tuple, event: TaskEvent) -> bool:
     model_fields = [Task._meta.get_field(name) for name in _CHANGED]
     assignments = ", ".join(f"{f.column} = %s" for f in model_fields)
     event_sql, event_params = rows.insert_select(event, source="upd")
+    # Webhook and push-config deliveries of this event, when there are any (push/delivery.py).
+    webhooks = push_delivery.transition_delivery_sql(task, event="ev")
+    webhook_sql, webhook_params = webhooks or ("", [])
     state, awaiting, updated_at = expected
     sql = (
         "WITH lk AS (SELECT id FROM agents_agent WHERE id IN ("
@@ -675,9 +718,13 @@ def _compare_and_set(task: Task, expected: tuple, event: TaskEvent) -> bool:
         + ") ORDER BY id FOR NO KEY UPDATE),"
         f" upd AS (UPDATE messaging_task SET {assignments}"
         " WHERE id = %s AND state = %s AND awaiting = %s AND updated_at = %s"
+        " AND push_configured = %s"
         " AND (SELECT count(*) FROM lk) > 0 RETURNING id),"
         f" ev AS ({event_sql} RETURNING id)"
-        " SELECT id FROM ev"
+        + (f", dl AS ({webhook_sql} RETURNING id)" if webhooks else "")
+        + " SELECT id, "
+        + ("(SELECT array_agg(id) FROM dl)" if webhooks else "NULL")
+        + " FROM ev"
     )
     params = [
         *ids,
@@ -686,7 +733,9 @@ def _compare_and_set(task: Task, expected: tuple, event: TaskEvent) -> bool:
         state,
         awaiting,
         updated_at,
+        task.push_configured,
         *event_params,
+        *webhook_params,
     ]
     guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
     with guard, connection.cursor() as cursor:
@@ -695,6 +744,8 @@ def _compare_and_set(task: Task, expected: tuple, event: TaskEvent) -> bool:
     if row is None:
         return False
     event.pk = row[0]
+    if row[1]:
+        push_delivery.enqueue_after_commit(list(row[1]))
     return True
 
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from hikyaku.errors import InvalidRequest, UnsupportedOperation
+from hikyaku.errors import InvalidRequest
 
 from .. import selectors, services
 from ..services import Sender
+from . import push
+from .push import PUSH_METHODS
 from .wire import Dialect, parse_message, parse_states, render_task
 
 
@@ -49,11 +51,19 @@ def _wrap(call: Call, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def send_message(call: Call) -> dict[str, Any]:
+    # Every parameter is checked before the send: an error after it committed would tell the
+    # client "failed" about a message that was delivered.
+    configuration = call.params.get("configuration") or {}
+    if not isinstance(configuration, dict):
+        raise InvalidRequest(
+            "params.configuration must be an object.", details={"field": "configuration"}
+        )
+    history_length = _int_param(configuration, "historyLength", low=0, high=10_000, default=None)
     message = parse_message(call.params.get("message"), call.dialect)
+    push_config = push.config_in_send(call)  # validated before anything is sent
     task = services.send_message(sender=call.sender, message=message)
-    history_length = _int_param(
-        call.params.get("configuration") or {}, "historyLength", low=0, high=10_000, default=None
-    )
+    if push_config is not None:
+        push.attach_to_sent_task(call, task, push_config)
     return {"task": render_task(task, call.dialect, history_length=history_length)}
 
 
@@ -66,6 +76,59 @@ def get_task(call: Call) -> dict[str, Any]:
 def cancel_task(call: Call) -> dict[str, Any]:
     task = services.cancel_task(sender=call.sender, task_id=_task_id(call.params))
     return _wrap(call, render_task(task, call.dialect))
+
+
+@dataclass(frozen=True)
+class ListFilters:
+    """The filters and paging of a ListTasks request, validated."""
+
+    states: list[str] | None
+    status_after: datetime | None
+    page_size: int
+    page_token: str
+    history_length: int | None
+    include_artifacts: bool
+
+
+def list_filters(params: dict[str, Any], *, include_artifacts_default: bool) -> ListFilters:
+    status = params.get("status")
+    states = parse_states(status) if status not in (None, "", "TASK_STATE_UNSPECIFIED") else None
+    # `since` is the old broker's name for the same filter (its CLI's `poll --since`).
+    after = params.get("statusTimestampAfter", params.get("since"))
+    status_after = None
+    if after is not None:
+        try:
+            status_after = datetime.fromisoformat(str(after).replace("Z", "+00:00"))
+            if status_after.tzinfo is not None:
+                status_after = status_after.astimezone(UTC)
+        except (ValueError, OverflowError):
+            raise InvalidRequest(
+                "statusTimestampAfter must be an RFC 3339 timestamp.",
+                details={"field": "statusTimestampAfter"},
+            ) from None
+        if status_after.tzinfo is None:
+            raise InvalidRequest(
+                "statusTimestampAfter needs a time zone (e.g. Z).",
+                details={"field": "statusTimestampAfter"},
+            )
+    page_size = _int_param(params, "pageSize", low=1, high=100, default=50)
+    history_length = _int_param(params, "historyLength", low=0, high=10_000, default=None)
+    include_artifacts = params.get("includeArtifacts", include_artifacts_default)
+    if not isinstance(include_artifacts, bool):
+        raise InvalidRequest(
+            "includeArtifacts must be a boolean.", details={"field": "includeArtifacts"}
+        )
+    page_token = params.get("pageToken") or ""
+    if not isinstance(page_token, str):
+        raise InvalidRequest("pageToken must be a string.", details={"field": "pageToken"})
+    return ListFilters(
+        states=states,
+        status_after=status_after,
+        page_size=page_size or 50,
+        page_token=page_token,
+        history_length=history_length,
+        include_artifacts=include_artifacts,
+    )
 
 
 def list_tasks(call: Call) -> dict[str, Any]:
@@ -84,64 +147,30 @@ def list_tasks(call: Call) -> dict[str, Any]:
         )
     if context_id is not None and not isinstance(context_id, str):
         raise InvalidRequest("contextId must be a string.", details={"field": "contextId"})
-    status = params.get("status")
-    states = parse_states(status) if status not in (None, "", "TASK_STATE_UNSPECIFIED") else None
-    # `since` is the old broker's name for the same filter (its CLI's `poll --since`).
-    after = params.get("statusTimestampAfter", params.get("since"))
-    status_after = None
-    if after is not None:
-        try:
-            status_after = datetime.fromisoformat(str(after).replace("Z", "+00:00"))
-        except ValueError:
-            raise InvalidRequest(
-                "statusTimestampAfter must be an RFC 3339 timestamp.",
-                details={"field": "statusTimestampAfter"},
-            ) from None
-        if status_after.tzinfo is None:
-            raise InvalidRequest(
-                "statusTimestampAfter needs a time zone (e.g. Z).",
-                details={"field": "statusTimestampAfter"},
-            )
-    page_size = _int_param(params, "pageSize", low=1, high=100, default=50)
-    history_length = _int_param(params, "historyLength", low=0, high=10_000, default=None)
-    include_artifacts = params.get("includeArtifacts", True)
-    if not isinstance(include_artifacts, bool):
-        raise InvalidRequest(
-            "includeArtifacts must be a boolean.", details={"field": "includeArtifacts"}
-        )
-    page_token = params.get("pageToken") or ""
-    if not isinstance(page_token, str):
-        raise InvalidRequest("pageToken must be a string.", details={"field": "pageToken"})
+    filters = list_filters(params, include_artifacts_default=True)
     page = selectors.list_tasks(
         sender=call.sender,
         box=box,
         peer_id=context_id if box == "outbox" else None,
-        states=states,
-        status_after=status_after,
-        page_size=page_size,
-        page_token=page_token,
+        states=filters.states,
+        status_after=filters.status_after,
+        page_size=filters.page_size,
+        page_token=filters.page_token,
     )
     return {
         "tasks": [
             render_task(
-                t, call.dialect, history_length=history_length, include_artifacts=include_artifacts
+                t,
+                call.dialect,
+                history_length=filters.history_length,
+                include_artifacts=filters.include_artifacts,
             )
             for t in page.tasks
         ],
         "nextPageToken": page.next_page_token,
-        "pageSize": page_size,
+        "pageSize": filters.page_size,
         "totalSize": page.total_size,
     }
-
-
-class PushNotSupported(UnsupportedOperation):
-    """Push notifications are not supported."""
-
-    rpc_code, rpc_reason = -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED"
-
-
-def push_not_supported(call: Call) -> dict[str, Any]:
-    raise PushNotSupported()
 
 
 # The streaming methods (SendStreamingMessage, SubscribeToTask and their 0.3 names) are not
@@ -155,12 +184,5 @@ METHODS: dict[str, Callable[[Call], dict[str, Any]]] = {
     "tasks/list": list_tasks,
     "CancelTask": cancel_task,
     "tasks/cancel": cancel_task,
-    "CreateTaskPushNotificationConfig": push_not_supported,
-    "GetTaskPushNotificationConfig": push_not_supported,
-    "ListTaskPushNotificationConfigs": push_not_supported,
-    "DeleteTaskPushNotificationConfig": push_not_supported,
-    "tasks/pushNotificationConfig/set": push_not_supported,
-    "tasks/pushNotificationConfig/get": push_not_supported,
-    "tasks/pushNotificationConfig/list": push_not_supported,
-    "tasks/pushNotificationConfig/delete": push_not_supported,
+    **PUSH_METHODS,  # messaging/a2a/push.py
 }

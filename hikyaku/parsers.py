@@ -1,0 +1,80 @@
+"""The JSON we accept on every surface, in one place.
+
+Python's `json` module accepts more than JSON and fails in ways a view does not expect: it
+parses `NaN`/`Infinity` and turns `1e400` into an infinite float (neither can be rendered back
+or stored), keeps unpaired UTF-16 surrogates (`"\\ud800"`) that no UTF-8 encoder accepts, and
+raises `RecursionError` — not `ValueError` — on deeply nested arrays. Each of those used to
+surface as an HTTP 500 further down. NUL (`"\u0000"`) is valid JSON but Postgres cannot store
+it in text or jsonb (a 503 there, stored as-is on SQLite), so it is refused on every backend
+alike. `loads` refuses all of these with `ValueError`, so callers answer "parse error" for
+every malformed body with one `except ValueError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser, get_encoding
+
+# A `\u0000` or `\uD800`–`\uDFFF` escape: only bodies containing one need the full check
+# (neither character can appear unescaped in valid JSON).
+_SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89abcdefABCDEF])")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number out of range: {text[:40]}")
+    return value
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def loads(body: bytes | str) -> Any:
+    """Parse a request body as strict JSON; raise ValueError for anything else."""
+    try:
+        value = json.loads(body, parse_float=_finite_float, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    raw = body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")
+    if _SUSPECT_ESCAPE.search(raw):
+        for text in _strings(value):
+            if "\x00" in text:
+                raise ValueError("JSON strings must not contain U+0000 (NUL)")
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("JSON string holds an unpaired UTF-16 surrogate") from None
+    return value
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string (keys included) in a parsed JSON value, without recursion."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+class StrictJSONParser(JSONParser):
+    """DRF's JSON parser with `loads`' rules (DRF lets RecursionError escape as a 500)."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        encoding = get_encoding(parser_context or {})
+        try:
+            return loads(stream.read().decode(encoding))
+        except ValueError as exc:
+            raise ParseError(f"JSON parse error - {exc}") from None
