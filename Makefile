@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format venv migrate bench tck cluster cluster-stop cluster-status clean lock
+.PHONY: run test lint format venv migrate bench bench-streams tck cluster cluster-stop cluster-status clean lock
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,14 @@ cluster-status:
 
 bench: $(STAMP)
 	@$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# Live streams (issue 4 targets): needs Postgres on 127.0.0.1:5432 and redis-server on PATH.
+bench-streams: $(STAMP)
+	@$(BIN)/python -m bench.streams $(BENCH_ARGS)
+# The A2A TCK against a public agent's own endpoint (conformance/run.py); needs the TCK
+# archive in ../shared/tools/ (or TCK_ARCHIVE) and PyPI for the TCK's own environment.
+tck: $(STAMP)
+	@$(BIN)/python -m conformance.run
 
 lock:
 	uv pip compile pyproject.toml --extra dev -o requirements.lock --python-version 3.11 --generate-hashes

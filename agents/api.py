@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from a2a.types import AgentSkill
 from django.db import transaction
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -133,8 +134,13 @@ class AgentOut(serializers.Serializer):
 
 
 class AgentDetailOut(AgentOut):
-    webhook_url = serializers.CharField()
+    webhook_url = serializers.SerializerMethodField()
     agent_card = serializers.SerializerMethodField()
+
+    def get_webhook_url(self, agent: Agent) -> str:
+        # A webhook URL often carries a secret of its own: only its agent sees it.
+        viewer = self.context.get("viewer")
+        return agent.webhook_url if viewer is not None and viewer.pk == agent.pk else ""
 
     def get_agent_card(self, agent: Agent) -> dict:
         return agent_card(agent, self.context.get("request"))
@@ -249,7 +255,8 @@ class AgentDetailView(APIView):
     def get(self, request: Request, agent_id: str) -> Response:
         identity = agent_identity(request)
         agent = selectors.active_agent(tenant=identity.tenant, agent_id=agent_id)
-        return Response(AgentDetailOut(agent, context={"request": request}).data)
+        context = {"request": request, "viewer": identity.agent}
+        return Response(AgentDetailOut(agent, context=context).data)
 
     @extend_schema(
         operation_id="update_agent",
@@ -263,7 +270,8 @@ class AgentDetailView(APIView):
         data = AgentPatchIn(data=request.data)
         data.is_valid(raise_exception=True)
         services.update_agent(agent=agent, **data.validated_data)
-        return Response(AgentDetailOut(agent, context={"request": request}).data)
+        context = {"request": request, "viewer": agent}
+        return Response(AgentDetailOut(agent, context=context).data)
 
     @extend_schema(
         operation_id="deregister_agent",
@@ -298,3 +306,110 @@ class AgentTokenView(APIView):
         with transaction.atomic():
             raw = services.rotate_agent_token(agent=identity.agent)
         return Response({"agent_id": str(agent.pk), "agent_token": raw})
+
+
+class AllowListField(serializers.ListField):
+    child = StrictCharField(max_length=64)
+
+
+class PolicyIn(serializers.Serializer):
+    send_to = AllowListField(required=False, max_length=1000)
+    receive_from = AllowListField(required=False, max_length=1000)
+    disclosure_ceiling = serializers.ChoiceField(
+        choices=["public-safe", "internal", "restricted"], required=False
+    )
+
+    def validate(self, attrs):
+        unknown = (
+            set(self.initial_data) - set(self.fields)
+            if isinstance(self.initial_data, dict)
+            else set()
+        )
+        if unknown:
+            raise serializers.ValidationError({f: ["Unknown field."] for f in sorted(unknown)})
+        return attrs
+
+
+class PolicyOut(serializers.Serializer):
+    agent_id = serializers.UUIDField(source="id")
+    status = serializers.CharField()
+    send_to = serializers.ListField(child=serializers.CharField())
+    receive_from = serializers.ListField(child=serializers.CharField())
+    disclosure_ceiling = serializers.CharField()
+
+
+OPERATOR_AUTH = (
+    "Operator endpoint: authenticate with a tenant API key (`Authorization: Bearer hky_…`); "
+    "agent tokens are refused, so an agent holding only its token cannot change its own "
+    "policy. Tenants whose agents must not hold the key turn on 'require agent tokens'."
+)
+
+
+class AgentPolicyView(APIView):
+    """Who an agent may talk to (DESIGN.md §4.5), for the tenant's operators."""
+
+    @extend_schema(
+        operation_id="get_agent_policy",
+        responses={200: PolicyOut},
+        description=OPERATOR_AUTH,
+    )
+    def get(self, request: Request, agent_id: str) -> Response:
+        api_key = authenticate_key(request.headers.get("Authorization"))
+        agent = selectors.manageable_agent(tenant=api_key.tenant, agent_id=agent_id)
+        return Response(PolicyOut(agent).data)
+
+    @extend_schema(
+        operation_id="set_agent_policy",
+        request=PolicyIn,
+        responses={200: PolicyOut},
+        description="Set an agent's allow-lists (`send_to`, `receive_from`: agent ids of this "
+        'tenant, or `["*"]` for anyone; `[]` for nobody) and disclosure ceiling. Fields left '
+        "out keep their value. Narrowing a policy closes access to existing history at once. "
+        + OPERATOR_AUTH,
+    )
+    def put(self, request: Request, agent_id: str) -> Response:
+        api_key = authenticate_key(request.headers.get("Authorization"))
+        agent = selectors.manageable_agent(tenant=api_key.tenant, agent_id=agent_id)
+        data = PolicyIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.set_agent_policy(agent=agent, **data.validated_data)
+        return Response(PolicyOut(agent).data)
+
+
+class WebhookSecretView(APIView):
+    """The key of the HMAC in X-Hikyaku-Signature on this agent's webhook deliveries."""
+
+    def _own(self, request: Request, agent_id: str) -> Agent:
+        identity = agent_identity(request)
+        agent = selectors.active_agent(tenant=identity.tenant, agent_id=agent_id)
+        if agent.pk != identity.agent.pk:
+            raise Forbidden("Agents can only see their own webhook secret.")
+        return identity.agent
+
+    @extend_schema(
+        operation_id="get_webhook_secret",
+        parameters=AGENT_AUTH_PARAMS,
+        responses={
+            200: inline_serializer(
+                "WebhookSecret",
+                {"agent_id": serializers.UUIDField(), "webhook_secret": serializers.CharField()},
+            )
+        },
+        description="The agent's webhook signing secret (see docs/WEBHOOKS.md).",
+    )
+    def get(self, request: Request, agent_id: str) -> Response:
+        agent = self._own(request, agent_id)
+        secret = services.webhook_secret(agent=agent)
+        return Response({"agent_id": str(agent.pk), "webhook_secret": secret})
+
+    @extend_schema(
+        operation_id="rotate_webhook_secret",
+        parameters=AGENT_AUTH_PARAMS,
+        request=None,
+        responses={200: OpenApiTypes.OBJECT},
+        description="Issue a new webhook signing secret; deliveries from now on use it.",
+    )
+    def post(self, request: Request, agent_id: str) -> Response:
+        agent = self._own(request, agent_id)
+        secret = services.rotate_webhook_secret(agent=agent)
+        return Response({"agent_id": str(agent.pk), "webhook_secret": secret})

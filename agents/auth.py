@@ -5,21 +5,32 @@ REST, JSON-RPC, SSE and MCP-over-HTTP all call `authenticate_agent` with the raw
 
 1. compat: `Bearer <api key>` + `X-Agent-Id` (refused when the tenant requires agent tokens);
 2. `Bearer <agent token>`, with `X-Agent-Id` optional and, when present, matching.
+
+An agent's own A2A endpoint (DESIGN.md §8) also takes callers that are not agents of its
+tenant: `authenticate_peer_caller` names them (docs/PEERS.md).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q
 from django.utils import timezone
 
 from hikyaku import rows
-from hikyaku.errors import Unauthenticated
-from tenants.credentials import AGENT_TOKEN_RE, API_KEY_RE, hash_secret, secrets_match
+from hikyaku.errors import AgentNotFound, Unauthenticated
+from tenants.credentials import (
+    AGENT_TOKEN_RE,
+    API_KEY_RE,
+    CALLER_TOKEN_RE,
+    hash_secret,
+    secrets_match,
+)
 from tenants.models import ApiKey, Tenant
 from tenants.ratelimit import check_rate
 from tenants.services import touch_api_key
@@ -133,18 +144,72 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
 
 def identity_is_current(identity: AgentIdentity) -> bool:
     """Whether an identity established earlier still holds (revocation, expiry, rotation,
-    deregistration, disabling, and the tenant's token requirement). One query."""
-    agents = Agent.objects.filter(pk=identity.agent.pk, status=Agent.Status.ACTIVE)
+    deregistration, disabling, and the tenant's token requirement). One query.
+
+    Open streams call this before every delivery, so it is a hand-written statement like
+    authentication itself (the ORM spent ~0.4 ms compiling the join, see hikyaku/rows.py)."""
+    agent_id = rows.prep(Agent, "id", identity.agent.pk)
     if identity.via_token:
-        return agents.filter(token_hash=identity.credential_hash).exists()
+        sql = "SELECT 1 FROM agents_agent WHERE id = %s AND status = %s AND token_hash = %s"
+        params = [agent_id, Agent.Status.ACTIVE, identity.credential_hash]
+    else:
+        # Every condition applies to the same key row.
+        sql = (
+            "SELECT 1 FROM agents_agent a JOIN tenants_tenant t ON t.id = a.tenant_id"
+            " JOIN tenants_apikey k ON k.tenant_id = t.id"
+            " WHERE a.id = %s AND a.status = %s AND t.require_agent_tokens = %s"
+            " AND k.key_hash = %s AND k.revoked_at IS NULL"
+            " AND (k.expires_at IS NULL OR k.expires_at > %s)"
+        )
+        params = [
+            agent_id,
+            Agent.Status.ACTIVE,
+            rows.prep(Tenant, "require_agent_tokens", False),
+            identity.credential_hash,
+            rows.prep(ApiKey, "expires_at", timezone.now()),
+        ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone() is not None
+
+
+def current_identities(identities: Iterable[AgentIdentity]) -> set[tuple[uuid.UUID, str]]:
+    """`identity_is_current` for many identities at once (the open streams of a process):
+    the `(agent id, credential hash)` pairs that still hold. At most three queries per chunk
+    whatever the number of identities, under exactly the same rules."""
+    tokens = {(i.agent.pk, i.credential_hash) for i in identities if i.via_token}
+    keys = {(i.agent.pk, i.credential_hash) for i in identities if not i.via_token}
+    current: set[tuple[uuid.UUID, str]] = set()
+    for chunk in _chunks(sorted(tokens, key=str)):
+        rows = Agent.objects.filter(
+            pk__in={pk for pk, _ in chunk}, status=Agent.Status.ACTIVE
+        ).values_list("pk", "token_hash")
+        current |= {row for row in rows if row in chunk}
     now = timezone.now()
-    # One filter() call, so every condition applies to the same key row.
-    return agents.filter(
-        Q(tenant__api_keys__expires_at__isnull=True) | Q(tenant__api_keys__expires_at__gt=now),
-        tenant__require_agent_tokens=False,
-        tenant__api_keys__key_hash=identity.credential_hash,
-        tenant__api_keys__revoked_at__isnull=True,
-    ).exists()
+    for chunk in _chunks(sorted(keys, key=str)):
+        key_tenants = dict(
+            ApiKey.objects.filter(
+                ApiKey.active_q(now), key_hash__in={h for _, h in chunk}
+            ).values_list("key_hash", "tenant_id")
+        )
+        agent_tenants = dict(
+            Agent.objects.filter(
+                pk__in={pk for pk, _ in chunk},
+                status=Agent.Status.ACTIVE,
+                tenant__require_agent_tokens=False,
+            ).values_list("pk", "tenant_id")
+        )
+        current |= {
+            (pk, h)
+            for pk, h in chunk
+            if pk in agent_tenants and key_tenants.get(h) == agent_tenants[pk]
+        }
+    return current
+
+
+def _chunks(items: list, size: int = 500) -> Iterator[set]:
+    for start in range(0, len(items), size):
+        yield set(items[start : start + size])
 
 
 def _first_with_tenant(model, fields: tuple[str, ...], sql: str, params: list):
@@ -174,3 +239,98 @@ def _touch_agent(agent: Agent) -> None:
         return
     Agent.objects.filter(pk=agent.pk).update(last_seen_at=now)
     agent.last_seen_at = now
+
+
+# Callers of an agent's own A2A endpoint ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PeerCaller:
+    """Who calls an agent's own A2A endpoint (DESIGN.md §8, docs/PEERS.md).
+
+    Either one of the callee tenant's agents acting as itself (`agent`), or an external
+    caller named by `caller_id`: "tenant-key" (a key of the callee's tenant without
+    X-Agent-Id), "ext:<hmac>" (a credential of another tenant, public agents only),
+    "anon:<hash>" (a caller token) or "ip:<hmac>" (no credential: the client address)."""
+
+    agent: Agent | None
+    caller_id: str = ""
+    anonymous: bool = False
+
+
+def client_address(meta: Mapping[str, str]) -> str:
+    """The client's address: the connection's peer, or the entry HIKYAKU_TRUSTED_PROXY_HOPS
+    from the end of X-Forwarded-For (each trusted proxy appends the address it saw)."""
+    hops = settings.HIKYAKU_TRUSTED_PROXY_HOPS
+    if hops > 0:
+        forwarded = [a.strip() for a in meta.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+        forwarded = [a for a in forwarded if a]
+        if len(forwarded) >= hops:
+            return forwarded[-hops]
+    return meta.get("REMOTE_ADDR") or "unknown"
+
+
+def _pseudonym(value: str) -> str:
+    """A stable name for `value` that does not reveal it (addresses, other tenants' ids)."""
+    key = settings.SECRET_KEY.encode()
+    return hmac.new(key, value.encode(), hashlib.sha256).hexdigest()[:24]
+
+
+def check_anonymous_rate(address: str) -> None:
+    """Per-address rate limit for callers without a credential of their own."""
+    check_rate(
+        "anon:" + _pseudonym("addr:" + address),
+        limit=settings.HIKYAKU_ANONYMOUS_RATE_LIMIT_PER_MINUTE,
+    )
+
+
+def authenticate_tenant(*, authorization: str | None, agent_id: str | None) -> Tenant:
+    """The tenant of a tenant key or an agent identity (reading cards needs nothing else)."""
+    raw = bearer_secret(authorization)
+    if AGENT_TOKEN_RE.match(raw) or (agent_id and agent_id.strip()):
+        return authenticate_agent(authorization=authorization, agent_id=agent_id).tenant
+    return authenticate_key(authorization).tenant
+
+
+def has_credential(authorization: str | None) -> bool:
+    """Whether the request carries a credential other than an (anonymous) caller token."""
+    if not authorization or not authorization.strip():
+        return False
+    _, _, value = authorization.strip().partition(" ")
+    return not CALLER_TOKEN_RE.match(value.strip())
+
+
+def authenticate_peer_caller(
+    *, callee: Agent, authorization: str | None, agent_id: str | None, address: str
+) -> PeerCaller:
+    """Name the caller of `callee`'s A2A endpoint, or refuse: 401 for missing or bad
+    credentials (and for anonymous callers of an agent that is not public), 404 for a
+    credential of another tenant when the agent is not public."""
+    if not has_credential(authorization):
+        if not callee.public:
+            raise Unauthenticated(
+                "This agent is not public: send 'Authorization: Bearer <api key or agent token>'."
+            )
+        check_anonymous_rate(address)
+        if authorization and authorization.strip():
+            token = bearer_secret(authorization)
+            return PeerCaller(
+                agent=None, caller_id="anon:" + hash_secret(token)[:24], anonymous=True
+            )
+        return PeerCaller(
+            agent=None, caller_id="ip:" + _pseudonym("addr:" + address), anonymous=True
+        )
+    raw = bearer_secret(authorization)
+    if AGENT_TOKEN_RE.match(raw) or (agent_id and agent_id.strip()):
+        identity = authenticate_agent(authorization=authorization, agent_id=agent_id)
+        if identity.tenant.id == callee.tenant_id:
+            return PeerCaller(agent=identity.agent)
+        principal = f"agent:{identity.agent.id}"
+    else:
+        api_key = authenticate_key(authorization)
+        if api_key.tenant_id == callee.tenant_id:
+            return PeerCaller(agent=None, caller_id="tenant-key")
+        principal = f"tenant:{api_key.tenant_id}"
+    if not callee.public:
+        raise AgentNotFound(f"Agent not found: {callee.id}")
+    return PeerCaller(agent=None, caller_id="ext:" + _pseudonym(principal))

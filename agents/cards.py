@@ -22,7 +22,11 @@ from .models import Agent
 
 VERSION = "1.0.0"
 # Flipped on by the issues that implement them, so the card never promises more than we serve.
-CAPABILITIES = {"streaming": False, "push_notifications": False}
+CAPABILITIES = {"streaming": True, "push_notifications": True}
+# An agent's own endpoint (/a2a/agents/<id>/) does not stream yet, and push delivery to
+# external callers is not verified by the conformance run, so its card promises neither:
+# a card must never promise more than its endpoint serves.
+PEER_CAPABILITIES = {"streaming": False, "push_notifications": False}
 
 
 def base_url(request: HttpRequest | None) -> str:
@@ -32,18 +36,30 @@ def base_url(request: HttpRequest | None) -> str:
     return f"{request.scheme}://{request.get_host()}"
 
 
-def _security() -> dict[str, Any]:
+def _security(*, public: bool = False) -> dict[str, Any]:
+    description = "A tenant API key plus the X-Agent-Id header, or an agent token."
+    requirements = [SecurityRequirement(schemes={"bearer": {"list": []}})]
+    if public:
+        description = (
+            "Optional for this public agent. A tenant API key (plus X-Agent-Id to act as one "
+            "of the tenant's agents) or an agent token; anonymous callers may send an hkc_ "
+            "caller token of their own making to keep their tasks apart from others behind "
+            "the same address."
+        )
+        # An empty requirement among the alternatives: no credentials needed (OpenAPI rule).
+        requirements.append(SecurityRequirement())
     return {
         "security_schemes": {
             "bearer": SecurityScheme(
                 http_auth_security_scheme=HTTPAuthSecurityScheme(
                     scheme="bearer",
-                    bearer_format="hky_ API key (with X-Agent-Id) or hka_ agent token",
-                    description="A tenant API key plus the X-Agent-Id header, or an agent token.",
+                    bearer_format="hky_ API key (with X-Agent-Id), hka_ agent token"
+                    + (" or hkc_ caller token" if public else ""),
+                    description=description,
                 )
             )
         },
-        "security_requirements": [SecurityRequirement(schemes={"bearer": {"list": []}})],
+        "security_requirements": requirements,
     }
 
 
@@ -106,24 +122,57 @@ def _skills(agent: Agent) -> list[AgentSkill]:
     return skills
 
 
+def input_modes(agent: Agent) -> list[str]:
+    """Media types `agent` accepts from A2A callers: the broker's default set plus the
+    inputModes its skills declare."""
+    modes = list(settings.HIKYAKU_PEER_INPUT_MODES)
+    for skill in agent.skills or []:
+        for mode in (skill.get("inputModes") or []) if isinstance(skill, dict) else []:
+            if isinstance(mode, str) and mode not in modes:
+                modes.append(mode)
+    return modes
+
+
+def accepts_media_type(modes: list[str], media_type: str) -> bool:
+    """Whether `media_type` matches one of `modes` (exact, `type/*` or `*/*`)."""
+    essence = media_type.split(";", 1)[0].strip().lower()
+    major = essence.split("/", 1)[0]
+    for mode in modes:
+        mode = mode.split(";", 1)[0].strip().lower()
+        if mode in (essence, "*/*", "*") or mode == f"{major}/*":
+            return True
+    return False
+
+
+def agent_url(agent: Agent, request: HttpRequest | None) -> str:
+    """The agent's A2A endpoint; it ends with "/" because clients join paths onto it."""
+    return f"{base_url(request)}/a2a/agents/{agent.id}/"
+
+
 def agent_card(agent: Agent, request: HttpRequest | None) -> dict[str, Any]:
+    """The agent's own A2A 1.0 card (DESIGN.md §8): its name, description and skills, its
+    endpoint on the broker, and whether anonymous callers are accepted (`public`)."""
     base = base_url(request)
     card = AgentCard(
         name=agent.name,
         description=agent.description or agent.name,
         supported_interfaces=[
             AgentInterface(
-                url=f"{base}/a2a/agents/{agent.id}/",
+                url=agent_url(agent, request),
                 protocol_binding="JSONRPC",
                 protocol_version="1.0",
             )
         ],
         provider=AgentProvider(organization="Hikyaku", url=base),
         version=VERSION,
-        capabilities=AgentCapabilities(**CAPABILITIES),
-        default_input_modes=["text/plain", "application/json"],
+        documentation_url=f"{base}/api/docs/",
+        capabilities=AgentCapabilities(**PEER_CAPABILITIES),
+        default_input_modes=input_modes(agent),
         default_output_modes=["text/plain", "application/json"],
         skills=_skills(agent),
-        **_security(),
+        **_security(public=agent.public),
     )
-    return MessageToDict(card)
+    body = MessageToDict(card)
+    # ProtoJSON drops empty lists, but A2A requires the field (an agent may have no skills).
+    body.setdefault("skills", [])
+    return body

@@ -42,6 +42,9 @@ class Agent(models.Model):
     token_hash = models.CharField(max_length=64, unique=True, null=True, blank=True, editable=False)
     token_prefix = models.CharField(max_length=8, blank=True, editable=False)
     webhook_url = models.URLField(max_length=2000, blank=True)
+    # Signs this agent's webhook deliveries (X-Hikyaku-Signature). Kept in clear because the
+    # broker must compute the HMAC; shown to the agent itself and to the admin.
+    webhook_secret = models.CharField(max_length=100, blank=True, editable=False)
     # The key the agent registered with, for the per-key agent count in the web UI. Any active
     # key of the tenant authenticates the agent; this records provenance only.
     registered_with = models.ForeignKey(
@@ -80,6 +83,12 @@ class Agent(models.Model):
         ]
         indexes = [
             models.Index(fields=["tenant", "status", "name", "id"], name="agent_tenant_listing"),
+            # The few agents with a non-default allow-list (messaging.policy.readable_q).
+            models.Index(
+                fields=["tenant"],
+                condition=~Q(send_to=["*"], receive_from=["*"]),
+                name="agent_restricted_policy",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -37,6 +37,21 @@ def active_agent(*, tenant: Tenant, agent_id: str | uuid.UUID) -> Agent:
     return agent
 
 
+def manageable_agent(*, tenant: Tenant, agent_id: str | uuid.UUID) -> Agent:
+    """An active or disabled agent of this tenant (what an operator may manage); deregistered,
+    unknown and other tenants' agents are the same AgentNotFound."""
+    pk = parse_agent_id(str(agent_id))
+    agent = (
+        Agent.objects.filter(tenant=tenant, pk=pk).exclude(status=Agent.Status.DEREGISTERED).first()
+        if pk
+        else None
+    )
+    if agent is None:
+        raise AgentNotFound(f"Agent not found: {agent_id}")
+    agent.tenant = tenant
+    return agent
+
+
 def encode_cursor(values: list) -> str:
     return base64.urlsafe_b64encode(json.dumps(values).encode()).decode().rstrip("=")
 
@@ -59,6 +74,12 @@ def list_active_agents(
     agents: QuerySet[Agent] = Agent.objects.filter(tenant=tenant, status=Agent.Status.ACTIVE)
     if q:
         agents = agents.filter(name__icontains=q)
+    return _name_page(agents, limit=limit, cursor=cursor)
+
+
+def _name_page(
+    agents: QuerySet[Agent], *, limit: int, cursor: str | None
+) -> tuple[list[Agent], str | None]:
     if cursor:
         name, last_id = decode_cursor(cursor, length=2)
         if not isinstance(name, str) or parse_agent_id(last_id) is None:
@@ -70,6 +91,25 @@ def list_active_agents(
         page = page[:limit]
         next_cursor = encode_cursor([page[-1].name, str(page[-1].id)])
     return page, next_cursor
+
+
+def peer_agent(*, agent_id: str | uuid.UUID) -> Agent | None:
+    """An active agent by id in any tenant, for its own A2A endpoint and card, where the
+    tenant is not known until the caller is. Callers decide visibility (public, or the
+    caller's own tenant) and answer exactly like "not found" otherwise."""
+    pk = parse_agent_id(str(agent_id))
+    if pk is None:
+        return None
+    return Agent.objects.select_related("tenant").filter(pk=pk, status=Agent.Status.ACTIVE).first()
+
+
+def list_public_agents(
+    *, limit: int = 100, cursor: str | None = None
+) -> tuple[list[Agent], str | None]:
+    """One page of the active public agents of every tenant (the anonymous directory at
+    /a2a/agents/): an owner who publishes an agent publishes its card."""
+    agents: QuerySet[Agent] = Agent.objects.filter(public=True, status=Agent.Status.ACTIVE)
+    return _name_page(agents, limit=limit, cursor=cursor)
 
 
 # Web UI reads ------------------------------------------------------------------------------

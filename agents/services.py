@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,10 +11,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from hikyaku.errors import InvalidRequest
-from tenants.credentials import display_prefix, hash_secret, new_agent_token
+from tenants.credentials import display_prefix, hash_secret, new_agent_token, new_webhook_secret
 from tenants.models import ApiKey, Tenant
 
-from .models import Agent
+from .destinations import check_url
+from .models import SENSITIVITY_RANK, Agent
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,8 @@ def register_agent(
     registered_with: ApiKey | None = None,
 ) -> RegisteredAgent:
     raw = new_agent_token()
+    if webhook_url:
+        check_url(webhook_url, field="webhook_url")
     with transaction.atomic():
         # Serialise registrations per tenant so the agent limit cannot be raced past.
         Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
@@ -48,6 +52,7 @@ def register_agent(
             description=description,
             skills=skills or [],
             webhook_url=webhook_url,
+            webhook_secret=new_webhook_secret(),
             registered_with=registered_with,
             token_hash=hash_secret(raw),
             token_prefix=display_prefix(raw),
@@ -68,6 +73,8 @@ def update_agent(
     if skills is not None:
         changes["skills"] = skills
     if webhook_url is not None:
+        if webhook_url:
+            check_url(webhook_url, field="webhook_url")
         changes["webhook_url"] = webhook_url
     if changes:
         Agent.objects.filter(pk=agent.pk, tenant_id=agent.tenant_id).update(**changes)
@@ -103,14 +110,31 @@ def set_agent_enabled(*, agent: Agent, enabled: bool) -> bool:
     return bool(changed)
 
 
+def set_agent_public(*, agent: Agent, public: bool) -> bool:
+    """Publish an agent (anyone may read its card, find it in the directory and message it
+    through its A2A endpoint, DESIGN.md §8) or withdraw that. True if this call changed it.
+    Withdrawing takes effect at once; tasks already sent stay in the agent's inbox."""
+    changed = (
+        Agent.objects.filter(pk=agent.pk, tenant_id=agent.tenant_id)
+        .exclude(public=public)
+        .update(public=public)
+    )
+    agent.public = public
+    return bool(changed)
+
+
 def rotate_agent_token(*, agent: Agent) -> str:
-    """Issue a new agent token; the old one stops working at once. Returns the raw token."""
+    """Issue a new agent token; the old one stops working at once (open streams included,
+    since they re-check their credential). Returns the raw token. Works for active and
+    disabled agents (an owner may rotate before enabling), not for deregistered ones."""
     raw = new_agent_token()
-    changed = Agent.objects.filter(
-        pk=agent.pk, tenant_id=agent.tenant_id, status=Agent.Status.ACTIVE
-    ).update(token_hash=hash_secret(raw), token_prefix=display_prefix(raw))
+    changed = (
+        Agent.objects.filter(pk=agent.pk, tenant_id=agent.tenant_id)
+        .exclude(status=Agent.Status.DEREGISTERED)
+        .update(token_hash=hash_secret(raw), token_prefix=display_prefix(raw))
+    )
     if not changed:
-        raise InvalidRequest("Only an active agent's token can be rotated.")
+        raise InvalidRequest("A deregistered agent's token cannot be rotated.")
     agent.token_hash = hash_secret(raw)
     agent.token_prefix = display_prefix(raw)
     return raw
@@ -133,3 +157,105 @@ def revoke_api_key(*, api_key: ApiKey) -> int:
             .exclude(status=Agent.Status.DEREGISTERED)
             .update(status=Agent.Status.DEREGISTERED, deregistered_at=now)
         )
+
+
+def rotate_webhook_secret(*, agent: Agent) -> str:
+    """Issue a new webhook signing secret; deliveries from now on are signed with it."""
+    secret = new_webhook_secret()
+    Agent.objects.filter(pk=agent.pk, tenant_id=agent.tenant_id).update(webhook_secret=secret)
+    agent.webhook_secret = secret
+    return secret
+
+
+def webhook_secret(*, agent: Agent) -> str:
+    """The agent's webhook signing secret, created on first use (agents registered before
+    secrets existed have none yet)."""
+    if agent.webhook_secret:
+        return agent.webhook_secret
+    secret = new_webhook_secret()
+    Agent.objects.filter(pk=agent.pk, webhook_secret="").update(webhook_secret=secret)
+    agent.webhook_secret = (
+        Agent.objects.filter(pk=agent.pk).values_list("webhook_secret", flat=True).first() or ""
+    )
+    return agent.webhook_secret
+
+
+def set_agent_policy(
+    *,
+    agent: Agent,
+    send_to: list[str] | None = None,
+    receive_from: list[str] | None = None,
+    disclosure_ceiling: str | None = None,
+) -> Agent:
+    """Change who `agent` may talk to (DESIGN.md §4.5). An owner's action, never an agent's:
+    callers must have established that the actor is an owner or operator of the tenant.
+
+    Allow-lists hold agent ids of the same tenant or "*" (anyone); an empty list allows
+    nobody. Arguments left None keep their value. Every read and transition re-checks the
+    policy, so narrowing it closes access to existing history at once."""
+    changes = clean_policy(
+        agent=agent,
+        send_to=send_to,
+        receive_from=receive_from,
+        disclosure_ceiling=disclosure_ceiling,
+    )
+    if changes:
+        Agent.objects.filter(pk=agent.pk, tenant_id=agent.tenant_id).update(**changes)
+        for field, value in changes.items():
+            setattr(agent, field, value)
+    return agent
+
+
+def clean_policy(
+    *,
+    agent: Agent,
+    send_to: Any = None,
+    receive_from: Any = None,
+    disclosure_ceiling: Any = None,
+) -> dict[str, Any]:
+    """Validate and normalise a policy change (InvalidRequest with per-field details)."""
+    changes: dict[str, Any] = {}
+    errors: dict[str, list[str]] = {}
+    for field, value in (("send_to", send_to), ("receive_from", receive_from)):
+        if value is None:
+            continue
+        try:
+            changes[field] = _normalise_allow_list(agent, value)
+        except ValueError as exc:
+            errors[field] = [str(exc)]
+    if disclosure_ceiling is not None:
+        if disclosure_ceiling not in SENSITIVITY_RANK:
+            errors["disclosure_ceiling"] = ["Must be one of public-safe, internal, restricted."]
+        else:
+            changes["disclosure_ceiling"] = disclosure_ceiling
+    if errors:
+        raise InvalidRequest("Invalid policy.", details=errors)
+    return changes
+
+
+MAX_ALLOW_LIST = 1000
+
+
+def _normalise_allow_list(agent: Agent, value: Any) -> list[str]:
+    """Canonical form: ["*"] when it allows anyone, else sorted unique lowercase UUIDs of
+    agents of the same tenant (any status: a disabled peer may be enabled again)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError('Must be a list of agent ids or "*".')
+    if "*" in value:
+        return ["*"]
+    if len(value) > MAX_ALLOW_LIST:
+        raise ValueError(f"At most {MAX_ALLOW_LIST} entries.")
+    ids: set[uuid.UUID] = set()
+    for entry in value:
+        try:
+            ids.add(uuid.UUID(entry.strip()))
+        except ValueError:
+            raise ValueError(f"Not an agent id: {entry!r}.") from None
+    known = set(
+        Agent.objects.filter(tenant_id=agent.tenant_id, pk__in=ids).values_list("pk", flat=True)
+    )
+    unknown = sorted(str(i) for i in ids - known)
+    if unknown:
+        # The same words for another tenant's agents as for ids that never existed.
+        raise ValueError(f"Unknown agent(s) in this tenant: {', '.join(unknown)}.")
+    return sorted(str(i) for i in ids)

@@ -88,6 +88,10 @@ def _reader(model: type[Model], fields: tuple[str, ...]):
     """Per-column converters for `fields` of `model`, computed once (RawQuerySet would
     introspect the cursor and look them up again on every call)."""
     meta = model._meta
+    order = [f.name for f in meta.concrete_fields]
+    if [order.index(name) for name in fields] != sorted(order.index(name) for name in fields):
+        # Model.from_db (build) maps a partial row onto the concrete fields in model order.
+        raise ValueError(f"{model.__name__} fields must be in model order: {fields}")
     columns = []
     for name in fields:
         field = meta.get_field(name)

@@ -197,7 +197,16 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BEAT_SCHEDULE: dict = {}
+# Separate queues let several deployments (or test runs) share one Redis.
+CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="celery")
+# `celery -A hikyaku beat` runs these; `python manage.py purge` runs the purge on demand.
+CELERY_BEAT_SCHEDULE: dict = {
+    "purge-expired-data": {
+        "task": "messaging.purge_expired",
+        "schedule": env.float("HIKYAKU_PURGE_INTERVAL_SECONDS", default=3600.0),
+    },
+    "retry-due-webhooks": {"task": "messaging.retry_due_webhooks", "schedule": 60.0},
+}
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
@@ -243,6 +252,34 @@ HIKYAKU_RETENTION_DAYS = env.int("HIKYAKU_RETENTION_DAYS", default=30)
 HIKYAKU_DEREGISTERED_TTL_DAYS = env.int("HIKYAKU_DEREGISTERED_TTL_DAYS", default=7)
 # last_used_at / last_seen_at are written at most this often per key or agent.
 HIKYAKU_TOUCH_INTERVAL_SECONDS = env.int("HIKYAKU_TOUCH_INTERVAL_SECONDS", default=60)
+# Streams (messaging/stream): DB threads per stream process (never one per stream), keepalive
+# comments, the periodic catch-up scan that covers lost doorbells, and how often open streams
+# re-check their credentials / session. A WSGI process answers A2A streaming requests by
+# polling, for at most HIKYAKU_WSGI_STREAMS_MAX streams at a time.
+HIKYAKU_STREAM_DB_THREADS = env.int("HIKYAKU_STREAM_DB_THREADS", default=8)
+HIKYAKU_STREAM_KEEPALIVE_SECONDS = env.float("HIKYAKU_STREAM_KEEPALIVE_SECONDS", default=15.0)
+HIKYAKU_STREAM_SCAN_SECONDS = env.float("HIKYAKU_STREAM_SCAN_SECONDS", default=1.0)
+HIKYAKU_STREAM_CHECK_SECONDS = env.float("HIKYAKU_STREAM_CHECK_SECONDS", default=2.0)
+HIKYAKU_WSGI_STREAMS_MAX = env.int("HIKYAKU_WSGI_STREAMS_MAX", default=16)
+HIKYAKU_WSGI_STREAM_POLL_SECONDS = env.float("HIKYAKU_WSGI_STREAM_POLL_SECONDS", default=0.5)
+
+# Retention (messaging/retention.py): terminal tasks and their events after
+# HIKYAKU_RETENTION_DAYS, deregistered agents and all their tasks after
+# HIKYAKU_DEREGISTERED_TTL_DAYS, webhook delivery logs after HIKYAKU_WEBHOOK_LOG_DAYS.
+HIKYAKU_WEBHOOK_LOG_DAYS = env.int("HIKYAKU_WEBHOOK_LOG_DAYS", default=14)
+HIKYAKU_PURGE_BATCH_SIZE = env.int("HIKYAKU_PURGE_BATCH_SIZE", default=1000)
+
+# Webhooks and A2A push notifications (docs/WEBHOOKS.md). Destinations resolving to
+# loopback/private/link-local addresses are refused unless listed here (hosts or CIDRs).
+HIKYAKU_WEBHOOK_ALLOWED_HOSTS = env.list("HIKYAKU_WEBHOOK_ALLOWED_HOSTS", default=[])
+HIKYAKU_WEBHOOK_TIMEOUT_SECONDS = env.float("HIKYAKU_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+HIKYAKU_WEBHOOK_MAX_ATTEMPTS = env.int("HIKYAKU_WEBHOOK_MAX_ATTEMPTS", default=8)
+HIKYAKU_WEBHOOK_BACKOFF_SECONDS = env.float("HIKYAKU_WEBHOOK_BACKOFF_SECONDS", default=2.0)
+HIKYAKU_WEBHOOK_BACKOFF_CAP_SECONDS = env.float(
+    "HIKYAKU_WEBHOOK_BACKOFF_CAP_SECONDS", default=600.0
+)
+# Pending deliveries overdue by this much are re-enqueued by the beat sweeper.
+HIKYAKU_WEBHOOK_SWEEP_GRACE_SECONDS = env.int("HIKYAKU_WEBHOOK_SWEEP_GRACE_SECONDS", default=60)
 
 # Observability (README, Operations). /metrics is open to loopback callers that did not come
 # through a proxy, to bearer HIKYAKU_METRICS_TOKEN, and to HIKYAKU_METRICS_ALLOWED_IPS (IPs or
@@ -256,6 +293,27 @@ HIKYAKU_WORKER_METRICS_PORT = env.int("HIKYAKU_WORKER_METRICS_PORT", default=0)
 # One access line per request on the hikyaku.request logger (hikyaku/request_log.py).
 HIKYAKU_REQUEST_LOG = env.bool("HIKYAKU_REQUEST_LOG", default=True)
 
+# Agents as A2A peers (DESIGN.md §8, docs/PEERS.md). A blocking SendMessage on an agent's own
+# endpoint waits at most HIKYAKU_BLOCKING_TIMEOUT_SECONDS for the agent to answer, holding a
+# server thread meanwhile; at most HIKYAKU_MAX_BLOCKING_WAITS such waits run per process
+# (beyond that SendMessage answers at once, as with returnImmediately).
+HIKYAKU_BLOCKING_TIMEOUT_SECONDS = env.float("HIKYAKU_BLOCKING_TIMEOUT_SECONDS", default=25.0)
+HIKYAKU_MAX_BLOCKING_WAITS = env.int("HIKYAKU_MAX_BLOCKING_WAITS", default=16)
+# Anonymous callers of public agents are rate limited per client address.
+HIKYAKU_ANONYMOUS_RATE_LIMIT_PER_MINUTE = env.int(
+    "HIKYAKU_ANONYMOUS_RATE_LIMIT_PER_MINUTE", default=60
+)
+# Reverse proxies in front of the broker that append to X-Forwarded-For (0: trust nobody and
+# use the connection's peer address as the client address).
+HIKYAKU_TRUSTED_PROXY_HOPS = env.int("HIKYAKU_TRUSTED_PROXY_HOPS", default=0)
+# Media types an agent accepts from A2A callers (its card's defaultInputModes, plus the
+# inputModes of its skills). By default everything: the broker cannot know what an ephemeral
+# agent handles, and the agent can reject a task itself. With a narrower list, other parts get
+# ContentTypeNotSupportedError (-32005).
+HIKYAKU_PEER_INPUT_MODES = env.list(
+    "HIKYAKU_PEER_INPUT_MODES", default=["text/plain", "application/json", "*/*"]
+)
+
 LOG_FORMAT = env.str("HIKYAKU_LOG_FORMAT", default="text" if DEBUG else "json")
 LOGGING = {
     "version": 1,
@@ -266,5 +324,6 @@ LOGGING = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env.str("HIKYAKU_LOG_LEVEL", default="INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # httpx logs every request at INFO; the /mcp tools call the broker in-process through it.
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
 }

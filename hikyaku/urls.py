@@ -8,7 +8,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agents import api as agents_api
-from agents.views import broker_agent_card
+from agents.views import agent_directory, broker_agent_card, peer_agent_card
 
 from . import health, metrics
 
@@ -23,12 +23,28 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics_view, name="metrics"),
     path(".well-known/agent-card.json", broker_agent_card, name="agent-card"),
+    path("a2a/agents/", agent_directory, name="a2a-agents"),
+    path(
+        "a2a/agents/<str:agent_id>/.well-known/agent-card.json",
+        peer_agent_card,
+        name="a2a-agent-card",
+    ),
     path("api/v1/agents", agents_api.AgentListView.as_view(), name="api-agents"),
     path("api/v1/agents/<str:agent_id>", agents_api.AgentDetailView.as_view(), name="api-agent"),
     path(
         "api/v1/agents/<str:agent_id>/token",
         agents_api.AgentTokenView.as_view(),
         name="api-agent-token",
+    ),
+    path(
+        "api/v1/agents/<str:agent_id>/policy",
+        agents_api.AgentPolicyView.as_view(),
+        name="api-agent-policy",
+    ),
+    path(
+        "api/v1/agents/<str:agent_id>/webhook-secret",
+        agents_api.WebhookSecretView.as_view(),
+        name="api-agent-webhook-secret",
     ),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

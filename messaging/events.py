@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
@@ -27,20 +28,25 @@ log = logging.getLogger(__name__)
 
 DOORBELL_GROUP = "hikyaku.doorbell"
 
-Doorbell = dict[str, Any]  # {"type": "doorbell", "agents": [agent ids], "event": max event id}
+# {"type": "doorbell", "agents": [agent ids], "event": max event id, "tenant": tenant id}
+Doorbell = dict[str, Any]
 
 _local_listeners: list[Callable[[Doorbell], None]] = []
 _redis_client = None
 _redis_lock = threading.Lock()
+_last_failure_logged = -1e9
 
 
-def ring_after_commit(*, agent_ids: Iterable[Any], event_id: int) -> None:
-    """Ring for these agents once the current transaction commits (at once outside one)."""
-    doorbell = {
+def ring_after_commit(*, agent_ids: Iterable[Any], event_id: int, tenant_id: Any = None) -> None:
+    """Ring for these agents (and their tenant, for the web UI's tenant-wide streams) once the
+    current transaction commits (at once outside one)."""
+    doorbell: Doorbell = {
         "type": "doorbell",
         "agents": sorted({str(a) for a in agent_ids if a}),
         "event": int(event_id),
     }
+    if tenant_id is not None:
+        doorbell["tenant"] = str(tenant_id)
     transaction.on_commit(partial(_ring, doorbell))
 
 
@@ -72,7 +78,11 @@ def _ring(doorbell: Doorbell) -> None:
         metrics.doorbell("rung")
     except Exception as exc:  # a failed doorbell must never fail a committed write
         metrics.doorbell("failed")
-        log.warning("doorbell not rung (%s); streams will catch up from the database", exc)
+        global _last_failure_logged
+        now = time.monotonic()
+        if now - _last_failure_logged >= 10:  # one line per outage, not one per send
+            _last_failure_logged = now
+            log.warning("doorbell not rung (%s); streams will catch up from the database", exc)
 
 
 def _publish_redis(doorbell: Doorbell) -> None:

@@ -70,6 +70,9 @@ class Task(models.Model):
         max_length=16, choices=Sensitivity.choices, default=Sensitivity.INTERNAL
     )
     search_text = models.TextField(blank=True)
+    # Set once a push config is attached, so transitions of the (many) tasks without one
+    # skip looking for configs (messaging/push/delivery.py).
+    push_configured = models.BooleanField(default=False)
     # NULL, not "", for tasks without a messageId so the unique constraint ignores them.
     message_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     content_hash = models.CharField(max_length=64, blank=True)
@@ -183,3 +186,122 @@ class TaskEvent(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.id} {self.kind} on {self.task_id}"
+
+
+class PushConfig(models.Model):
+    """An A2A TaskPushNotificationConfig: a webhook for one task, set by one of its parties.
+
+    Each party sees and manages only the configs it created (the other party's tokens and
+    credentials are none of its business)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="push_configs")
+    config_id = models.CharField(max_length=200)  # the A2A config `id`, per task and creator
+    url = models.URLField(max_length=2000)
+    token = models.CharField(max_length=1000, blank=True)
+    auth_scheme = models.CharField(max_length=100, blank=True)
+    # Sent as `Authorization: <scheme> <credentials>`; the broker must send it, so it is kept.
+    auth_credentials = models.TextField(max_length=4000, blank=True)
+    # Null for external A2A callers (DESIGN.md §8); `created_by_caller` then names them.
+    created_by = models.ForeignKey(
+        Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    created_by_caller = models.CharField(max_length=200, blank=True)
+    dialect = models.CharField(max_length=8, default="1.0")  # shape of the payload: 1.0 or 0.3
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "push notification config"
+        constraints = [
+            # Config ids are per party: each sees and manages only its own.
+            models.UniqueConstraint(
+                fields=["task", "created_by", "config_id"],
+                condition=Q(created_by__isnull=False),
+                name="pushconfig_agent_id",
+            ),
+            models.UniqueConstraint(
+                fields=["task", "created_by_caller", "config_id"],
+                condition=Q(created_by__isnull=True),
+                name="pushconfig_caller_id",
+            ),
+            models.CheckConstraint(
+                condition=Q(created_by__isnull=False) | ~Q(created_by_caller=""),
+                name="pushconfig_has_a_creator",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"push config {self.config_id} on {self.task_id}"
+
+
+class WebhookDelivery(models.Model):
+    """One event for one destination, and the fate of its attempts: the delivery log."""
+
+    class Target(models.TextChoices):
+        AGENT = "agent", "Agent webhook"
+        PUSH_CONFIG = "push_config", "Task push config"
+
+    class Outcome(models.TextChoices):
+        PENDING = "pending", "Pending"
+        DELIVERED = "delivered", "Delivered"
+        FAILED = "failed", "Failed (retries exhausted)"
+        REFUSED = "refused", "Refused (destination not allowed)"
+        DROPPED = "dropped", "Dropped (no longer allowed to see it)"
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    # Plain ids, not foreign keys: the log outlives neither the tenant nor its retention
+    # window, but must not pin tasks and events that retention removes.
+    event_id = models.BigIntegerField()
+    task_id = models.UUIDField()
+    target = models.CharField(max_length=16, choices=Target.choices)
+    agent = models.ForeignKey(
+        Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    push_config = models.ForeignKey(
+        PushConfig, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    url = models.URLField(max_length=2000)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.PENDING)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name_plural = "webhook deliveries"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(outcome__in=["pending", "delivered", "failed", "refused", "dropped"]),
+                name="delivery_outcome_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(target__in=["agent", "push_config"]), name="delivery_target_valid"
+            ),
+            # Fan-out is idempotent: one row per event and destination.
+            models.UniqueConstraint(
+                fields=["event_id", "agent"],
+                condition=Q(target="agent"),
+                name="delivery_event_agent",
+            ),
+            models.UniqueConstraint(
+                fields=["event_id", "push_config"],
+                condition=Q(target="push_config"),
+                name="delivery_event_push_config",
+            ),
+        ]
+        indexes = [
+            # The sweeper: pending deliveries whose next attempt is due.
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(outcome="pending"),
+                name="delivery_due",
+            ),
+            models.Index(fields=["created_at"], name="delivery_retention"),
+            models.Index(fields=["task_id", "id"], name="delivery_task"),
+        ]
+
+    def __str__(self) -> str:
+        return f"delivery #{self.id} of event {self.event_id} ({self.outcome})"

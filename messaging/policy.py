@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from django.db.models import Q
+
 from agents.models import SENSITIVITY_RANK, Agent
 
 if TYPE_CHECKING:
@@ -78,3 +80,51 @@ def may_read(agent: Agent | None, task: Task) -> bool:
 
 def _peer_allows(peer: Agent | None, field: str, agent_id: object) -> bool:
     return peer is None or _allows(getattr(peer, field), agent_id)
+
+
+def _restricted_peers(agent: Agent) -> list[tuple[str, list[str], list[str]]]:
+    """(id, send_to, receive_from) of the tenant's agents whose allow-lists are not the
+    default ["*"]: usually none or a handful. Allow-lists are stored normalised by
+    agents.services.set_agent_policy, so "allows anyone" is exactly ["*"]."""
+    rows = (
+        Agent.objects.filter(tenant_id=agent.tenant_id)
+        .exclude(send_to=["*"], receive_from=["*"])
+        .values_list("id", "send_to", "receive_from")
+    )
+    return [(str(pk), send_to, receive_from) for pk, send_to, receive_from in rows]
+
+
+def readable_q(
+    agent: Agent | None,
+    *,
+    sender_field: str = "sender_id",
+    recipient_field: str = "recipient_id",
+    sensitivity_field: str = "sensitivity",
+) -> Q:
+    """`may_read` as a filter, for tasks (or events, through their field names) that `agent`
+    is a party of, so lists, counts and pages are exact. One small query (the restricted
+    peers). Callers still restrict to the agent's own tasks themselves."""
+    if agent is None:
+        return Q()
+    me = str(agent.id)
+    ceiling = SENSITIVITY_RANK.get(agent.disclosure_ceiling, 1)
+    allowed_levels = [level for level, rank in SENSITIVITY_RANK.items() if rank <= ceiling]
+    q = Q(**{f"{sensitivity_field}__in": allowed_levels})
+    restricted = _restricted_peers(agent)
+    # Peers whose own lists exclude me: as senders to me, as recipients of mine.
+    senders_refusing = [pk for pk, send_to, _ in restricted if not _allows(send_to, me)]
+    recipients_refusing = [
+        pk for pk, _, receive_from in restricted if not _allows(receive_from, me)
+    ]
+
+    as_recipient = Q(**{recipient_field: agent.id})
+    inbound = Q(**{f"{sender_field}__isnull": True}) | Q(**{sender_field: agent.id})
+    inbound_ok = ~Q(**{f"{sender_field}__in": senders_refusing})
+    if not _allows(agent.receive_from, "*"):
+        inbound_ok &= Q(**{f"{sender_field}__in": agent.receive_from or []})
+    as_sender = Q(**{sender_field: agent.id})
+    outbound = Q(**{f"{recipient_field}__isnull": True}) | Q(**{recipient_field: agent.id})
+    outbound_ok = ~Q(**{f"{recipient_field}__in": recipients_refusing})
+    if not _allows(agent.send_to, "*"):
+        outbound_ok &= Q(**{f"{recipient_field}__in": agent.send_to or []})
+    return q & ((as_recipient & (inbound | inbound_ok)) | (as_sender & (outbound | outbound_ok)))

@@ -48,12 +48,16 @@ def list_tasks(
     box: str = "inbox",
     peer_id: str | None = None,
     states: list[str] | None = None,
+    awaiting: str | None = None,
+    context_id: str | None = None,
     status_after: datetime | None = None,
     page_size: int = 50,
     page_token: str = "",
 ) -> TaskPage:
     """The caller's inbox (tasks delivered to it) or outbox (tasks it sent), newest status
-    change first, keyset-paged. Two queries per page whatever its size."""
+    change first, keyset-paged. Three queries per page whatever its size. `awaiting` narrows
+    `states` to tasks waiting for that party; `context_id` keeps the tasks whose original
+    message named that A2A contextId (the per-agent endpoints' conversations)."""
     tasks: QuerySet[Task] = Task.objects.filter(tenant=sender.tenant)
     if box == "outbox":
         tasks = (
@@ -67,9 +71,14 @@ def list_tasks(
         tasks = tasks.filter(recipient=sender.agent)
     if states:
         tasks = tasks.filter(state__in=states)
+    if awaiting is not None:
+        tasks = tasks.filter(awaiting=awaiting)
+    if context_id is not None:
+        tasks = tasks.filter(message__contextId=context_id)
     if status_after is not None:
         tasks = tasks.filter(status_at__gte=status_after)
-    tasks = _visible(tasks, sender)
+    # Policy in SQL, so totalSize and paging never count or skip what the caller cannot see.
+    tasks = tasks.filter(policy.readable_q(sender.agent))
     total = tasks.count()
     if page_token:
         stamp, last_id = decode_cursor(page_token, length=2)
@@ -82,23 +91,11 @@ def list_tasks(
     page = list(
         tasks.select_related("sender", "recipient").order_by("-status_at", "-id")[: page_size + 1]
     )
-    page = [t for t in page if policy.may_read(sender.agent, t)]
     token = ""
     if len(page) > page_size:
         page = page[:page_size]
         token = encode_cursor([page[-1].status_at.isoformat(), str(page[-1].id)])
     return TaskPage(tasks=page, next_page_token=token, total_size=total)
-
-
-def _visible(tasks: QuerySet[Task], sender: Sender) -> QuerySet[Task]:
-    """Filters the cheap, common part of policy in SQL (the disclosure ceiling)."""
-    from agents.models import SENSITIVITY_RANK
-
-    if sender.agent is None:
-        return tasks
-    ceiling = SENSITIVITY_RANK.get(sender.agent.disclosure_ceiling, 1)
-    allowed = [level for level, rank in SENSITIVITY_RANK.items() if rank <= ceiling]
-    return tasks.filter(sensitivity__in=allowed)
 
 
 def _uuid_or_none(value: str) -> uuid.UUID | None:

@@ -25,6 +25,7 @@ from hikyaku import metrics, rows
 from hikyaku.errors import (
     DestinationNotFound,
     InvalidRequest,
+    ServiceUnavailable,
     TaskNotCancelable,
     TaskNotFound,
     UnsupportedOperation,
@@ -33,11 +34,24 @@ from tenants.models import Tenant
 
 from . import events, policy
 from .models import TERMINAL_STATES, Task, TaskEvent, TaskState
+from .push import delivery as push_delivery
 
 Kind = TaskEvent.Kind
 TASK_FIELDS = tuple(f.name for f in Task._meta.concrete_fields)
 # What sends and transitions need of an agent: identity and policy.
-PARTY_FIELDS = ("id", "tenant", "name", "status", "send_to", "receive_from", "disclosure_ceiling")
+# What the send and lifecycle paths lock and load of each party: policy, and the webhook URL
+# the push fan-out needs (messaging/push/delivery.py). In the model's field order, which
+# hikyaku.rows.build (Model.from_db with some fields deferred) relies on.
+PARTY_FIELDS = (
+    "id",
+    "tenant",
+    "name",
+    "status",
+    "webhook_url",
+    "send_to",
+    "receive_from",
+    "disclosure_ceiling",
+)
 UNREAD = {"state": TaskState.INPUT_REQUIRED, "awaiting": Task.Awaiting.RECIPIENT}
 
 
@@ -194,8 +208,18 @@ def _existing(sender: Sender, message_id: str | None) -> Task | None:
         return None
     tasks = Task.objects.filter(tenant=sender.tenant, message_id=message_id)
     if sender.agent is not None:
-        return tasks.filter(sender=sender.agent).first()
-    return tasks.filter(sender__isnull=True, caller_id=sender.caller_id).first()
+        existing = tasks.select_related("recipient").filter(sender=sender.agent).first()
+    else:
+        existing = tasks.filter(sender__isnull=True, caller_id=sender.caller_id).first()
+    if existing is not None and existing.recipient_id is not None:
+        # A retry after the policy closed the relationship gets what a new send would get.
+        existing.sender = sender.agent
+        if not policy.may_read(sender.agent, existing):
+            raise DestinationNotFound(
+                f"Destination agent not found: {existing.recipient_id}",
+                details={"field": "message.metadata.destination"},
+            )
+    return existing
 
 
 def _replay(existing: Task, digest: str) -> Task:
@@ -236,7 +260,12 @@ def _task_metadata(
     return metadata
 
 
-def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task:
+def deliver_unicast(
+    *, sender: Sender, message: dict[str, Any], to: str, idempotent: bool = True
+) -> Task:
+    """One task in `to`'s inbox. With `idempotent` (the broker endpoint) the messageId is the
+    sender's idempotency key; the per-agent A2A endpoints pass False because A2A does not
+    make messageId one (the A2A TCK reuses ids for distinct sends), so every send is new."""
     message_id = message.get("messageId")
     digest = content_hash(message, to)
     sensitivity = _sensitivity(message)
@@ -272,7 +301,7 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
             thread_root_id=root,
             depth=depth,
             search_text=_search_text(parts),
-            message_id=message_id,
+            message_id=message_id if idempotent else None,
             content_hash=digest,
             created_at=now,
             updated_at=now,
@@ -285,16 +314,19 @@ def deliver_unicast(*, sender: Sender, message: dict[str, Any], to: str) -> Task
             _store_unicast_in_one_statement(task, event, sender, sensitivity, to)
         else:
             with transaction.atomic():
-                _lock_destination(sender, to, sensitivity)
+                task.recipient = _lock_destination(sender, to, sensitivity)
                 rows.insert(task)
                 rows.insert(event)
+                push_delivery.schedule([event])  # webhooks, enqueued after commit
         metrics.events_written(1)
-        events.ring_after_commit(agent_ids=[recipient_id], event_id=event.id)
+        events.ring_after_commit(
+            agent_ids=[recipient_id], event_id=event.id, tenant_id=task.tenant_id
+        )
     except (IntegrityError, DestinationNotFound):
         # The messageId was used before (a retry): the unique constraint finds it, so the
         # common path pays no extra query for idempotency. A retry whose recipient has left
         # since still gets the original delivery back.
-        existing = _existing(sender, message_id)
+        existing = _existing(sender, message_id) if idempotent else None
         if existing is None:
             raise
         return _replay(existing, digest)
@@ -312,13 +344,16 @@ def _store_unicast_in_one_statement(
     accepts, accepts_params = policy.recipient_accepts_sql("d", sender.agent, sensitivity)
     task_sql, task_params = rows.insert_select(task, source="dest")
     event_sql, event_params = rows.insert_select(event, source="ins")
+    # The recipient's webhook delivery, when it has a webhook (messaging/push/delivery.py).
+    webhook_sql, webhook_params = push_delivery.new_task_delivery_sql(task, dest="dest", event="ev")
     sql = (
-        "WITH dest AS (SELECT d.id FROM agents_agent d"
+        "WITH dest AS (SELECT d.id, d.webhook_url FROM agents_agent d"
         f" WHERE d.id = %s AND d.tenant_id = %s AND d.status = 'active' AND {accepts}"
         " FOR NO KEY UPDATE),"
         f" ins AS ({task_sql} RETURNING id),"
-        f" ev AS ({event_sql} RETURNING id)"
-        " SELECT id FROM ev"
+        f" ev AS ({event_sql} RETURNING id),"
+        f" dl AS ({webhook_sql} RETURNING id)"
+        " SELECT ev.id, (SELECT id FROM dl) FROM ev"
     )
     params = [
         rows.prep(Agent, "id", task.recipient_id),
@@ -326,6 +361,7 @@ def _store_unicast_in_one_statement(
         *accepts_params,
         *task_params,
         *event_params,
+        *webhook_params,
     ]
     # Inside a caller's transaction, a savepoint keeps it usable when a retried messageId
     # hits the unique constraint; at the top of a request the statement stands alone.
@@ -336,6 +372,8 @@ def _store_unicast_in_one_statement(
     if row is None:
         raise _destination_not_found(to)
     event.pk = row[0]
+    if row[1] is not None:
+        push_delivery.enqueue_after_commit([row[1]])
 
 
 def _agent_pk(value: str) -> uuid.UUID | None:
@@ -460,11 +498,11 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
                 updated_at=now,
                 status_at=now,
             )
-            rows = [
+            event_rows = [
                 _event_row(t, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {})
                 for t in deliveries
             ]
-            rows.append(
+            event_rows.append(
                 _event_row(
                     summary,
                     sender,
@@ -474,11 +512,14 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
                     {"messageId": message_id},
                 )
             )
-            written = TaskEvent.objects.bulk_create(rows)
+            written = TaskEvent.objects.bulk_create(event_rows)
             metrics.events_written(len(written))
+            push_delivery.schedule(written)  # webhooks, enqueued after commit
             if deliveries:
                 events.ring_after_commit(
-                    agent_ids=[r.id for r in recipients], event_id=max(e.id for e in written)
+                    agent_ids=[r.id for r in recipients],
+                    event_id=max(e.id for e in written),
+                    tenant_id=sender.tenant.id,
                 )
     except IntegrityError:
         existing = _existing(sender, message_id)
@@ -504,12 +545,12 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
             f"Unknown action {action!r}; expected one of: {', '.join(ACTIONS)}.",
             details={"field": "message.metadata.action"},
         )
-    with transaction.atomic():
-        task, roles = _lock_party_task(sender, task_id)
+
+    def decide(task: Task, roles: set[str]) -> TaskEvent | None:
         refusal = _refusal(task, transition, action, roles)
         if refusal is not None:
             if _already_applied(task, sender, message):
-                return task
+                return None
             raise refusal
         from_state = task.state
         now = timezone.now()
@@ -524,10 +565,9 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
         task.history = [*task.history, follow_up]
         if transition.parts_become == "artifact" and parts:
             task.artifacts = [*task.artifacts, _artifact("result", parts)]
-        status_message = follow_up if transition.parts_become == "status" else None
         task.metadata = {**task.metadata}
-        if status_message is not None:
-            task.metadata["statusMessage"] = status_message
+        if transition.parts_become == "status":
+            task.metadata["statusMessage"] = follow_up
         else:
             task.metadata.pop("statusMessage", None)
         if transition.target is not None:
@@ -535,11 +575,7 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
             task.awaiting = transition.awaiting_target
             task.status_at = now
         task.updated_at = now
-        rows.update(
-            task,
-            ["state", "awaiting", "history", "artifacts", "metadata", "status_at", "updated_at"],
-        )
-        event = _write_event(
+        return _event_row(
             task,
             sender,
             action,
@@ -547,35 +583,170 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
             task.state,
             {"messageId": message.get("messageId"), "parts": parts},
         )
-        events.ring_after_commit(agent_ids=_party_ids(task), event_id=event.id)
+
+    task = _transition(sender, task_id, decide)
     metrics.transition(action)
     return task
 
 
-def cancel_task(*, sender: Sender, task_id: str) -> Task:
-    """CancelTask: the sender withdraws a task the recipient has not read yet."""
-    with transaction.atomic():
-        task, roles = _lock_party_task(sender, task_id)
+def cancel_task(*, sender: Sender, task_id: str, while_live: bool = False) -> Task:
+    """CancelTask: the sender withdraws a task the recipient has not read yet (compat).
+
+    With `while_live` (the per-agent A2A endpoints, where the caller owns the task the way
+    A2A means it) the sender may cancel any non-terminal task: unread, working, or waiting
+    for the sender's reply; the recipient sees the `cancel` event on its stream."""
+
+    def decide(task: Task, roles: set[str]) -> TaskEvent:
         if task.state in TERMINAL_STATES:
             raise TaskNotCancelable(f"Task {task.id} is {task.state} and cannot be canceled.")
-        if (
-            "sender" not in roles
-            or task.state != TaskState.INPUT_REQUIRED
-            or task.awaiting != Task.Awaiting.RECIPIENT
-        ):
+        unread = task.state == TaskState.INPUT_REQUIRED and task.awaiting == Task.Awaiting.RECIPIENT
+        if "sender" not in roles or not (unread or while_live):
             raise TaskNotCancelable(
                 "Only the sender can cancel a task, and only while it is unread."
             )
-        now = timezone.now()
+        from_state = task.state
         task.state, task.awaiting = TaskState.CANCELED, Task.Awaiting.NOBODY
-        task.status_at = task.updated_at = now
-        rows.update(task, ["state", "awaiting", "status_at", "updated_at"])
-        event = _write_event(
-            task, sender, Kind.CANCEL, TaskState.INPUT_REQUIRED, TaskState.CANCELED, {}
-        )
-        events.ring_after_commit(agent_ids=_party_ids(task), event_id=event.id)
+        task.status_at = task.updated_at = timezone.now()
+        # A question the recipient asked (block) is no longer the task's status.
+        task.metadata = {k: v for k, v in task.metadata.items() if k != "statusMessage"}
+        return _event_row(task, sender, Kind.CANCEL, from_state, TaskState.CANCELED, {})
+
+    task = _transition(sender, task_id, decide)
     metrics.transition(Kind.CANCEL)
     return task
+
+
+_CHANGED = ["state", "awaiting", "history", "artifacts", "metadata", "status_at", "updated_at"]
+
+
+def _transition(sender: Sender, task_id: Any, decide) -> Task:
+    """Apply `decide(task, roles)` — which mutates the task in memory and returns its event
+    row, returns None for a retry of an action already applied, or raises a refusal — as one
+    compare-and-set with its event.
+
+    Postgres: read without locks, decide, then one statement that locks the parties' agent
+    rows, updates the task only if its state, awaiting and updated_at are still those read,
+    and inserts the event; a lost race reads again and decides again (so the loser gets the
+    refusal that now applies). Other databases: the same decision inside a transaction
+    holding the row locks."""
+    if connection.vendor != "postgresql":
+        with transaction.atomic():
+            task, roles = _lock_party_task(sender, task_id)
+            event = decide(task, roles)
+            if event is None:
+                return task
+            rows.update(task, _CHANGED)
+            rows.insert(event)
+            push_delivery.schedule([event])  # webhooks and push configs, after commit
+            events.ring_after_commit(
+                agent_ids=_party_ids(task), event_id=event.id, tenant_id=task.tenant_id
+            )
+        metrics.events_written(1)
+        return task
+    for _attempt in range(5):
+        task, roles = _read_party_task(sender, task_id)
+        expected = (task.state, task.awaiting, task.updated_at)
+        event = decide(task, roles)
+        if event is None:
+            return task
+        if _compare_and_set(task, expected, event):
+            metrics.events_written(1)
+            events.ring_after_commit(
+                agent_ids=_party_ids(task), event_id=event.id, tenant_id=task.tenant_id
+            )
+            return task
+    raise ServiceUnavailable("The task is changing too fast; retry shortly.")
+
+
+def _read_party_task(sender: Sender, task_id: Any) -> tuple[Task, set[str]]:
+    """The task and its parties' policy fields in one unlocked read (Postgres path)."""
+    pk = _task_pk(task_id)
+    row = None
+    if pk:
+        policy_columns = ", ".join(
+            f"{alias}.{col}" for alias in ("s", "r") for col in _POLICY_COLUMNS
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {rows.select_list(Task, TASK_FIELDS)}, {policy_columns}"
+                " FROM messaging_task LEFT JOIN agents_agent s ON s.id = messaging_task.sender_id"
+                " JOIN agents_agent r ON r.id = messaging_task.recipient_id"
+                " WHERE messaging_task.id = %s AND messaging_task.tenant_id = %s"
+                " AND messaging_task.type <> %s",
+                [pk, sender.tenant.pk, Task.Type.BROADCAST_SUMMARY],
+            )
+            row = cursor.fetchone()
+    if row is None:
+        raise TaskNotFound(f"Task not found: {task_id}")
+    n = len(TASK_FIELDS)
+    task = rows.build(Task, TASK_FIELDS, row[:n])
+    roles = party_roles(sender, task)
+    if not roles:
+        raise TaskNotFound(f"Task not found: {task_id}")
+    width = len(_POLICY_COLUMNS)
+    if task.sender_id is not None:
+        task.sender = rows.build(
+            Agent, ("id", *_POLICY_FIELDS), (task.sender_id, *row[n : n + width])
+        )
+    task.recipient = rows.build(
+        Agent, ("id", *_POLICY_FIELDS), (task.recipient_id, *row[n + width :])
+    )
+    if not policy.may_read(sender.agent, task):
+        raise TaskNotFound(f"Task not found: {task_id}")
+    return task, roles
+
+
+# Policy, and the webhook URL the push fan-out needs; in model order (rows.build).
+_POLICY_FIELDS = ("name", "status", "webhook_url", "send_to", "receive_from", "disclosure_ceiling")
+_POLICY_COLUMNS = _POLICY_FIELDS
+
+
+def _compare_and_set(task: Task, expected: tuple, event: TaskEvent) -> bool:
+    """Postgres: lock the parties (id order), update the task if unchanged since it was
+    read, insert the event — one autocommit statement. False when another change won."""
+    ids = sorted(_party_ids(task))
+    model_fields = [Task._meta.get_field(name) for name in _CHANGED]
+    assignments = ", ".join(f"{f.column} = %s" for f in model_fields)
+    event_sql, event_params = rows.insert_select(event, source="upd")
+    # Webhook and push-config deliveries of this event, when there are any (push/delivery.py).
+    webhooks = push_delivery.transition_delivery_sql(task, event="ev")
+    webhook_sql, webhook_params = webhooks or ("", [])
+    state, awaiting, updated_at = expected
+    sql = (
+        "WITH lk AS (SELECT id FROM agents_agent WHERE id IN ("
+        + ", ".join(["%s"] * len(ids))
+        + ") ORDER BY id FOR NO KEY UPDATE),"
+        f" upd AS (UPDATE messaging_task SET {assignments}"
+        " WHERE id = %s AND state = %s AND awaiting = %s AND updated_at = %s"
+        " AND push_configured = %s"
+        " AND (SELECT count(*) FROM lk) > 0 RETURNING id),"
+        f" ev AS ({event_sql} RETURNING id)"
+        + (f", dl AS ({webhook_sql} RETURNING id)" if webhooks else "")
+        + " SELECT id, "
+        + ("(SELECT array_agg(id) FROM dl)" if webhooks else "NULL")
+        + " FROM ev"
+    )
+    params = [
+        *ids,
+        *[f.get_db_prep_save(getattr(task, f.attname), connection) for f in model_fields],
+        task.pk,
+        state,
+        awaiting,
+        updated_at,
+        task.push_configured,
+        *event_params,
+        *webhook_params,
+    ]
+    guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
+    with guard, connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    event.pk = row[0]
+    if row[1]:
+        push_delivery.enqueue_after_commit(list(row[1]))
+    return True
 
 
 def _refusal(task: Task, transition: Transition, action: str, roles: set[str]) -> Exception | None:
@@ -713,11 +884,3 @@ def _event_row(
         payload={k: v for k, v in payload.items() if v not in (None, [], {})},
         created_at=task.updated_at,
     )
-
-
-def _write_event(
-    task: Task, sender: Sender, kind: str, from_state: str, to_state: str, payload: dict
-) -> TaskEvent:
-    event = rows.insert(_event_row(task, sender, kind, from_state, to_state, payload))
-    metrics.events_written(1)
-    return event

@@ -38,6 +38,24 @@ class MembershipInline(admin.TabularInline):
     readonly_fields = ("created_at",)
 
 
+class ApiKeyInline(admin.TabularInline):
+    """The tenant's keys at a glance (several may be active at once, for rotation)."""
+
+    model = ApiKey
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    fields = ("display", "label", "status", "created_at", "expires_at", "last_used_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False  # keys are created on the key page, which shows the raw key once
+
+    @admin.display(description="Key")
+    def display(self, obj: ApiKey) -> str:
+        return f"hky_{obj.prefix}…"
+
+
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
     list_display = (
@@ -52,7 +70,19 @@ class TenantAdmin(admin.ModelAdmin):
     list_filter = ("require_agent_tokens", "created_at")
     date_hierarchy = "created_at"
     prepopulated_fields = {"slug": ("name",)}
-    inlines = [MembershipInline]
+    fieldsets = (
+        (None, {"fields": ("name", "slug")}),
+        (
+            "Credentials",
+            {
+                "fields": ("require_agent_tokens",),
+                "description": "With agent tokens required, the API key + X-Agent-Id identity "
+                "is refused everywhere (open streams close): agents act only with their own "
+                "hka_ token, and the API key stays an operator credential.",
+            },
+        ),
+    )
+    inlines = [MembershipInline, ApiKeyInline]
 
     def get_queryset(self, request):
         # Both counts in the list query, not one query per row.

@@ -50,12 +50,14 @@ def _redis_client():
     return _redis
 
 
-def check_rate(credential_hash: str) -> None:
-    """Count one request for this credential; raise RateLimited over the limit.
+def check_rate(credential_hash: str, *, limit: int | None = None) -> None:
+    """Count one request for this credential (or any stable key, e.g. an anonymous caller's
+    address); raise RateLimited over `limit` (default HIKYAKU_RATE_LIMIT_PER_MINUTE).
 
     A Redis failure lets the request through: losing rate limiting for a moment is better
     than refusing every agent while Redis restarts."""
-    limit = settings.HIKYAKU_RATE_LIMIT_PER_MINUTE
+    if limit is None:
+        limit = settings.HIKYAKU_RATE_LIMIT_PER_MINUTE
     if limit <= 0:
         return
     now = time.time()

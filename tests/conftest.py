@@ -1,10 +1,22 @@
 """Small explicit fixtures. Factories live in tests/factories.py."""
 
+import os
+
 import pytest
 from django.test import Client
 
 from tests import factories
-from tests.live import broker  # noqa: F401  (fixture)
+from tests.live import broker, broker_factory, redis_server  # noqa: F401  (fixtures)
+from tests.messaging.receiver import receiver  # noqa: F401  (fixture)
+
+# Webhook receivers started by the tests listen on 127.0.0.1, which the SSRF guard refuses
+# by default. Server processes started by the tests inherit this.
+os.environ.setdefault("HIKYAKU_WEBHOOK_ALLOWED_HOSTS", "127.0.0.1")
+
+
+@pytest.fixture(autouse=True)
+def _webhooks_to_localhost(settings):
+    settings.HIKYAKU_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
 
 
 @pytest.fixture

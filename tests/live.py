@@ -8,13 +8,19 @@ it over real HTTP. Tests that use it need committed data: mark them
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
+import queue
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -100,3 +106,190 @@ def broker(django_db_setup, django_db_blocker) -> Iterator[BrokerProcess]:
     server = BrokerProcess().start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def broker_factory(django_db_setup) -> Iterator:
+    """Start extra broker processes with their own environment (e.g. REDIS_URL); all are
+    stopped at the end of the test. `broker_factory(env={...})` returns a started process."""
+    started: list[BrokerProcess] = []
+
+    def start(env: dict[str, str] | None = None) -> BrokerProcess:
+        server = BrokerProcess(env=env).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+class RedisServer:
+    """A private redis-server on its own port (16500–16599), which a test may stop and start
+    again on the same port without touching the machine's Redis."""
+
+    def __init__(self) -> None:
+        self.port = free_port_in(16500, 16600)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> RedisServer:
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+
+def free_port_in(low: int, high: int) -> int:
+    for port in range(low, high):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {low}-{high}")
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    yield server
+    server.stop()
+
+
+@dataclass
+class SSEEvent:
+    event: str
+    data: str
+    id: str | None
+
+    def json(self):
+        return json.loads(self.data)
+
+
+class SSEClient:
+    """Reads a Server-Sent Events response in a background thread, over a real socket.
+
+    `events` is a queue of SSEEvent; `closed` is set when the server ends the response.
+    Lines are split on LF only, as the SSE specification says (not on U+2028 & co)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        method: str = "GET",
+        json_body: dict | None = None,
+    ) -> None:
+        self.events: queue.Queue[SSEEvent] = queue.Queue()
+        self.comments = 0
+        self.closed = threading.Event()
+        self.opened = threading.Event()
+        self.status: int | None = None
+        self.headers: dict[str, str] = {}
+        self.body = b""
+        parts = urlsplit(url)
+        self._conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+        body = json.dumps(json_body).encode() if json_body is not None else None
+        request_headers = dict(headers or {})
+        if body is not None:
+            request_headers.setdefault("Content-Type", "application/json")
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        self._conn.request(method, path, body=body, headers=request_headers)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        if not self.opened.wait(10):
+            raise RuntimeError("stream did not open")
+
+    def _run(self) -> None:
+        try:
+            response = self._conn.getresponse()
+            self._conn.sock.settimeout(None)
+            self.status = response.status
+            self.headers = {k.lower(): v for k, v in response.getheaders()}
+            if "text/event-stream" not in self.headers.get("content-type", ""):
+                self.body = response.read()
+                return
+            self.opened.set()
+            name, data, event_id = "message", [], None
+            while True:
+                raw = response.readline()
+                if not raw:
+                    return
+                line = raw.decode("utf-8").rstrip("\r\n")
+                if line == "":
+                    if data:
+                        self.events.put(SSEEvent(name, "\n".join(data), event_id))
+                    name, data, event_id = "message", [], None
+                elif line.startswith(":"):
+                    self.comments += 1
+                else:
+                    key, _, value = line.partition(":")
+                    value = value[1:] if value.startswith(" ") else value
+                    if key == "event":
+                        name = value
+                    elif key == "data":
+                        data.append(value)
+                    elif key == "id":
+                        event_id = value
+        except Exception:  # the test closed the stream, or the server went away
+            pass
+        finally:
+            self.opened.set()
+            self.closed.set()
+
+    def next(self, timeout: float = 5) -> SSEEvent:
+        return self.events.get(timeout=timeout)
+
+    def take(self, count: int, timeout: float = 5) -> list[SSEEvent]:
+        deadline = time.monotonic() + timeout
+        return [self.next(max(deadline - time.monotonic(), 0.01)) for _ in range(count)]
+
+    def drain(self, wait: float = 0.3) -> list[SSEEvent]:
+        """Every event that arrives within `wait` seconds of the last one."""
+        events = []
+        while True:
+            try:
+                events.append(self.events.get(timeout=wait))
+            except queue.Empty:
+                return events
+
+    def close(self) -> None:
+        sock = self._conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._conn.close()
+        self._thread.join(5)

@@ -1,5 +1,7 @@
 from django.urls import include, path
 
+from messaging.stream import views as stream_views
+
 from .views import agents, keys, messages, tenants
 
 app_name = "webui"
@@ -31,6 +33,10 @@ tenant_urls = [
     path("agents/<uuid:agent_id>/sent/", messages.sent, name="sent"),
     path("tasks/<uuid:task_id>/", messages.task_detail, name="task"),
     path("send/", messages.send, name="send"),
+    # Live events (Server-Sent Events). In a stream process hikyaku.asgi hands these paths to
+    # messaging.stream's lean handler; these views are the polling fallback of WSGI processes.
+    path("events/", stream_views.tenant_events, name="tenant-events"),
+    path("agents/<uuid:agent_id>/events/", stream_views.agent_events, name="agent-events"),
 ]
 
 urlpatterns = [

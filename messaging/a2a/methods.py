@@ -7,10 +7,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from hikyaku.errors import InvalidRequest, UnsupportedOperation
+from hikyaku.errors import InvalidRequest
 
 from .. import selectors, services
 from ..services import Sender
+from . import push
+from .push import PUSH_METHODS
 from .wire import Dialect, parse_message, parse_states, render_task
 
 
@@ -58,7 +60,10 @@ def send_message(call: Call) -> dict[str, Any]:
         )
     history_length = _int_param(configuration, "historyLength", low=0, high=10_000, default=None)
     message = parse_message(call.params.get("message"), call.dialect)
+    push_config = push.config_in_send(call)  # validated before anything is sent
     task = services.send_message(sender=call.sender, message=message)
+    if push_config is not None:
+        push.attach_to_sent_task(call, task, push_config)
     return {"task": render_task(task, call.dialect, history_length=history_length)}
 
 
@@ -73,22 +78,19 @@ def cancel_task(call: Call) -> dict[str, Any]:
     return _wrap(call, render_task(task, call.dialect))
 
 
-def list_tasks(call: Call) -> dict[str, Any]:
-    params = call.params
-    metadata = params.get("metadata") or {}
-    box = metadata.get("box", "inbox") if isinstance(metadata, dict) else "inbox"
-    if box not in ("inbox", "outbox"):
-        raise InvalidRequest(
-            "metadata.box must be 'inbox' or 'outbox'.", details={"field": "metadata.box"}
-        )
-    me = str(call.sender.agent.id) if call.sender.agent else call.sender.caller_id
-    context_id = params.get("contextId")
-    if box == "inbox" and context_id != me:
-        raise InvalidRequest(
-            "contextId is required and must be your own agent id.", details={"field": "contextId"}
-        )
-    if context_id is not None and not isinstance(context_id, str):
-        raise InvalidRequest("contextId must be a string.", details={"field": "contextId"})
+@dataclass(frozen=True)
+class ListFilters:
+    """The filters and paging of a ListTasks request, validated."""
+
+    states: list[str] | None
+    status_after: datetime | None
+    page_size: int
+    page_token: str
+    history_length: int | None
+    include_artifacts: bool
+
+
+def list_filters(params: dict[str, Any], *, include_artifacts_default: bool) -> ListFilters:
     status = params.get("status")
     states = parse_states(status) if status not in (None, "", "TASK_STATE_UNSPECIFIED") else None
     # `since` is the old broker's name for the same filter (its CLI's `poll --since`).
@@ -111,7 +113,7 @@ def list_tasks(call: Call) -> dict[str, Any]:
             )
     page_size = _int_param(params, "pageSize", low=1, high=100, default=50)
     history_length = _int_param(params, "historyLength", low=0, high=10_000, default=None)
-    include_artifacts = params.get("includeArtifacts", True)
+    include_artifacts = params.get("includeArtifacts", include_artifacts_default)
     if not isinstance(include_artifacts, bool):
         raise InvalidRequest(
             "includeArtifacts must be a boolean.", details={"field": "includeArtifacts"}
@@ -119,42 +121,60 @@ def list_tasks(call: Call) -> dict[str, Any]:
     page_token = params.get("pageToken") or ""
     if not isinstance(page_token, str):
         raise InvalidRequest("pageToken must be a string.", details={"field": "pageToken"})
+    return ListFilters(
+        states=states,
+        status_after=status_after,
+        page_size=page_size or 50,
+        page_token=page_token,
+        history_length=history_length,
+        include_artifacts=include_artifacts,
+    )
+
+
+def list_tasks(call: Call) -> dict[str, Any]:
+    params = call.params
+    metadata = params.get("metadata") or {}
+    box = metadata.get("box", "inbox") if isinstance(metadata, dict) else "inbox"
+    if box not in ("inbox", "outbox"):
+        raise InvalidRequest(
+            "metadata.box must be 'inbox' or 'outbox'.", details={"field": "metadata.box"}
+        )
+    me = str(call.sender.agent.id) if call.sender.agent else call.sender.caller_id
+    context_id = params.get("contextId")
+    if box == "inbox" and context_id != me:
+        raise InvalidRequest(
+            "contextId is required and must be your own agent id.", details={"field": "contextId"}
+        )
+    if context_id is not None and not isinstance(context_id, str):
+        raise InvalidRequest("contextId must be a string.", details={"field": "contextId"})
+    filters = list_filters(params, include_artifacts_default=True)
     page = selectors.list_tasks(
         sender=call.sender,
         box=box,
         peer_id=context_id if box == "outbox" else None,
-        states=states,
-        status_after=status_after,
-        page_size=page_size,
-        page_token=page_token,
+        states=filters.states,
+        status_after=filters.status_after,
+        page_size=filters.page_size,
+        page_token=filters.page_token,
     )
     return {
         "tasks": [
             render_task(
-                t, call.dialect, history_length=history_length, include_artifacts=include_artifacts
+                t,
+                call.dialect,
+                history_length=filters.history_length,
+                include_artifacts=filters.include_artifacts,
             )
             for t in page.tasks
         ],
         "nextPageToken": page.next_page_token,
-        "pageSize": page_size,
+        "pageSize": filters.page_size,
         "totalSize": page.total_size,
     }
 
 
-def streaming_not_here(call: Call) -> dict[str, Any]:
-    raise UnsupportedOperation("Streaming is not available on this endpoint yet.")
-
-
-class PushNotSupported(UnsupportedOperation):
-    """Push notifications are not supported."""
-
-    rpc_code, rpc_reason = -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED"
-
-
-def push_not_supported(call: Call) -> dict[str, Any]:
-    raise PushNotSupported()
-
-
+# The streaming methods (SendStreamingMessage, SubscribeToTask and their 0.3 names) are not
+# here: they answer with a stream, see messaging/stream/a2a.py.
 METHODS: dict[str, Callable[[Call], dict[str, Any]]] = {
     "SendMessage": send_message,
     "message/send": send_message,
@@ -164,16 +184,5 @@ METHODS: dict[str, Callable[[Call], dict[str, Any]]] = {
     "tasks/list": list_tasks,
     "CancelTask": cancel_task,
     "tasks/cancel": cancel_task,
-    "SendStreamingMessage": streaming_not_here,
-    "message/stream": streaming_not_here,
-    "SubscribeToTask": streaming_not_here,
-    "tasks/resubscribe": streaming_not_here,
-    "CreateTaskPushNotificationConfig": push_not_supported,
-    "GetTaskPushNotificationConfig": push_not_supported,
-    "ListTaskPushNotificationConfigs": push_not_supported,
-    "DeleteTaskPushNotificationConfig": push_not_supported,
-    "tasks/pushNotificationConfig/set": push_not_supported,
-    "tasks/pushNotificationConfig/get": push_not_supported,
-    "tasks/pushNotificationConfig/list": push_not_supported,
-    "tasks/pushNotificationConfig/delete": push_not_supported,
+    **PUSH_METHODS,  # messaging/a2a/push.py
 }

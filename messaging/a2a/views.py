@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import DatabaseError, DataError
@@ -24,6 +25,7 @@ from hikyaku.errors import (
 )
 
 from ..services import Sender
+from ..stream.a2a import STREAMING_METHODS, wsgi_response
 from . import errors
 from .methods import METHODS, Call
 from .wire import dialect_for
@@ -39,29 +41,18 @@ def _json(body: dict[str, Any], status: int = 200) -> HttpResponse:
     )
 
 
-@csrf_exempt
-def jsonrpc(request: HttpRequest) -> HttpResponse:
-    if request.method != "POST":
-        if request.path == "/" and request.method in ("GET", "HEAD"):
-            return HttpResponseRedirect("/ui/")
-        return _json(
-            errors.response(
-                None,
-                errors.error_object(errors.INVALID_REQUEST, "Use POST with a JSON-RPC 2.0 body."),
-            ),
-            status=405,
-        )
-    try:
-        payload = parsers.loads(request.body)
-    except ValueError:
-        return _json(
-            errors.response(
-                None,
-                errors.error_object(errors.PARSE_ERROR, "Parse error: the body is not valid JSON."),
-            )
-        )
+class EnvelopeError(Exception):
+    """A body that is not one valid JSON-RPC 2.0 request; `response` is the error to send."""
+
+    def __init__(self, response: dict[str, Any]) -> None:
+        super().__init__(response["error"]["message"])
+        self.response = response
+
+
+def parse_request(payload: Any) -> tuple[Any, str, dict[str, Any]]:
+    """(id, method, params) of a decoded JSON-RPC 2.0 request body, or EnvelopeError."""
     if isinstance(payload, list):
-        return _json(
+        raise EnvelopeError(
             errors.response(
                 None,
                 errors.error_object(errors.INVALID_REQUEST, "Batch requests are not supported."),
@@ -79,7 +70,7 @@ def jsonrpc(request: HttpRequest) -> HttpResponse:
         or not isinstance(params, dict)
         or ("id" in payload and request_id is None and payload["id"] is not None)
     ):
-        return _json(
+        raise EnvelopeError(
             errors.response(
                 request_id,
                 errors.error_object(
@@ -88,6 +79,81 @@ def jsonrpc(request: HttpRequest) -> HttpResponse:
                 ),
             )
         )
+    return request_id, method, params
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A well-formed JSON-RPC 2.0 request."""
+
+    request_id: Any
+    method: str
+    params: dict[str, Any]
+
+
+def parse_envelope(request: HttpRequest) -> Envelope | HttpResponse:
+    """The request's JSON-RPC envelope, or the error response to send instead (shared by the
+    broker endpoint and the agents' own endpoints)."""
+    try:
+        payload = parsers.loads(request.body)
+    except ValueError:
+        return _json(
+            errors.response(
+                None,
+                errors.error_object(errors.PARSE_ERROR, "Parse error: the body is not valid JSON."),
+            )
+        )
+    try:
+        request_id, method, params = parse_request(payload)
+    except EnvelopeError as exc:
+        return _json(exc.response)
+    return Envelope(request_id=request_id, method=method, params=params)
+
+
+def not_post(request: HttpRequest) -> HttpResponse:
+    return _json(
+        errors.response(
+            None,
+            errors.error_object(errors.INVALID_REQUEST, "Use POST with a JSON-RPC 2.0 body."),
+        ),
+        status=405,
+    )
+
+
+def error_reply(request_id: Any, exc: Exception, method: str) -> HttpResponse:
+    """The JSON-RPC error response for a domain or database error raised by a method."""
+    if isinstance(exc, Unauthenticated | RateLimited):
+        response = _json(errors.response(request_id, errors.from_domain(exc)), status=exc.status)
+        decorate(response, exc)
+        return response
+    if isinstance(exc, HikyakuError):
+        return _json(errors.response(request_id, errors.from_domain(exc)))
+    if isinstance(exc, DataError):
+        # A value the database refuses (too long, out of range): the request's fault, so
+        # never a 503 that invites the client to retry the same thing forever.
+        log.warning("database refused a value during %s: %s", method, exc)
+        error = InvalidRequest(
+            "A value in the request cannot be stored (too long or out of range)."
+        )
+        return _json(errors.response(request_id, errors.from_domain(error)))
+    log.warning("database unavailable during %s: %s", method, exc.__class__.__name__)
+    return _json(errors.response(request_id, errors.from_domain(ServiceUnavailable())), status=503)
+
+
+def result_reply(request_id: Any, result: dict[str, Any]) -> HttpResponse:
+    return _json({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+@csrf_exempt
+def jsonrpc(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        if request.path == "/" and request.method in ("GET", "HEAD"):
+            return HttpResponseRedirect("/ui/")
+        return not_post(request)
+    envelope = parse_envelope(request)
+    if isinstance(envelope, HttpResponse):
+        return envelope
+    request_id, method, params = envelope.request_id, envelope.method, envelope.params
     try:
         dialect = dialect_for(request.headers.get("A2A-Version"))
         identity = authenticate_agent(
@@ -99,6 +165,10 @@ def jsonrpc(request: HttpRequest) -> HttpResponse:
             "agent_id": str(identity.agent.id),
             "rpc_method": method,
         }
+        if method in STREAMING_METHODS:
+            # Normally answered by the stream handler in front of Django (hikyaku.asgi); a
+            # WSGI web process has none, so it serves the stream by polling.
+            return wsgi_response(identity, dialect, request_id, method, params)
         handler = METHODS.get(method)
         if handler is None:
             return _json(
@@ -114,23 +184,6 @@ def jsonrpc(request: HttpRequest) -> HttpResponse:
                 params=params,
             )
         )
-    except (Unauthenticated, RateLimited) as exc:
-        response = _json(errors.response(request_id, errors.from_domain(exc)), status=exc.status)
-        decorate(response, exc)
-        return response
-    except HikyakuError as exc:
-        return _json(errors.response(request_id, errors.from_domain(exc)))
-    except DataError as exc:
-        # A value the database refuses (too long, out of range): the request's fault, so
-        # never a 503 that invites the client to retry the same thing forever.
-        log.warning("database refused a value during %s: %s", method, exc)
-        error = InvalidRequest(
-            "A value in the request cannot be stored (too long or out of range)."
-        )
-        return _json(errors.response(request_id, errors.from_domain(error)))
-    except DatabaseError as exc:
-        log.warning("database unavailable during %s: %s", method, exc.__class__.__name__)
-        return _json(
-            errors.response(request_id, errors.from_domain(ServiceUnavailable())), status=503
-        )
-    return _json({"jsonrpc": "2.0", "id": request_id, "result": result})
+    except (HikyakuError, DatabaseError) as exc:
+        return error_reply(request_id, exc, method)
+    return result_reply(request_id, result)

@@ -80,13 +80,17 @@ def parse_states(value: Any) -> list[str]:
     return states
 
 
-def parse_message(raw: Any, dialect: Dialect) -> dict[str, Any]:
-    """Validate `params.message` and return it as A2A 1.0 ProtoJSON."""
+def parse_message(
+    raw: Any, dialect: Dialect, *, ignore_unknown_fields: bool = False
+) -> dict[str, Any]:
+    """Validate `params.message` and return it as A2A 1.0 ProtoJSON. Unknown fields are an
+    error unless `ignore_unknown_fields` (the per-agent endpoints follow A2A's
+    forward-compatibility rule and drop them)."""
     if not isinstance(raw, dict):
         raise InvalidRequest("params.message must be an object.", details={"field": "message"})
     try:
         if dialect is Dialect.V1_0:
-            proto = ParseDict(raw, Message())
+            proto = ParseDict(raw, Message(), ignore_unknown_fields=ignore_unknown_fields)
         else:
             proto = conversions.to_core_message(types_v03.Message.model_validate(raw))
     except ParseError as exc:

@@ -41,7 +41,7 @@ def test_redis_backed_counting_is_shared(settings, agent):
     import redis
 
     settings.HIKYAKU_RATE_LIMIT_PER_MINUTE = 2
-    settings.REDIS_URL = "redis://127.0.0.1:6379/5"
+    settings.REDIS_URL = "redis://127.0.0.1:6379/12"  # a database of its own: it is flushed
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
     client = Client(HTTP_AUTHORIZATION=f"Bearer {agent.token}")
     assert [client.get("/api/v1/agents").status_code for _ in range(3)] == [200, 200, 429]

@@ -141,5 +141,12 @@ def test_missing_task_id_param(agent):
     assert error(agent, "CancelTask", {"id": 7})["code"] == -32602
 
 
-def test_push_methods_say_push_is_not_supported(agent):
-    assert error(agent, "CreateTaskPushNotificationConfig", {})["code"] == -32003
+def test_push_config_methods_name_their_missing_params(agent):
+    for method in (
+        "CreateTaskPushNotificationConfig",
+        "GetTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+        "DeleteTaskPushNotificationConfig",
+    ):
+        err = error(agent, method, {})
+        assert err["code"] == -32602 and "taskId" in err["message"], (method, err)

@@ -229,3 +229,59 @@ def test_the_ui_works_on_a_phone(phone_session, browser_session):
     phone_session.shot("11-phone-keys")
     phone_session.assert_no_console_errors()
     browser_session.assert_no_console_errors()
+
+
+def test_inbox_and_task_pages_update_live_without_reload(browser_session):
+    """Bob's inbox is open in one tab; alice sends from another tab and the row appears in
+    bob's without a reload. Bob acks over JSON-RPC and the open task page turns Completed."""
+    ui, page = browser_session, browser_session.page
+    sign_up(ui, "lin@example.com")
+    page.fill("input[name=name]", "Live Co")
+    page.get_by_role("button", name="Create tenant").click()
+    page.wait_for_url("**/ui/t/live-co/keys/")
+    page.fill("input[name=label]", "live")
+    page.get_by_role("button", name="Create key").click()
+    raw_key = page.get_by_test_id("new-api-key").inner_text().strip()
+    alice = register_agent(ui.base_url, raw_key, "alice", "Sends")
+    bob = register_agent(ui.base_url, raw_key, "bob", "Receives")
+
+    inbox = page.context.new_page()
+    inbox.goto(f"/ui/t/live-co/agents/{bob['agent_id']}/inbox/")
+    expect(inbox.locator("[data-live-status]")).to_have_attribute("data-live-status", "live")
+
+    page.goto(f"/ui/t/live-co/agents/{alice['agent_id']}/")
+    page.get_by_role("link", name="Send as alice").click()
+    page.select_option("select[name=to]", bob["agent_id"])
+    page.fill("textarea[name=text]", "Ship it when green.")
+    page.get_by_role("button", name="Send").click()
+    page.wait_for_url(re.compile(r".*/ui/t/live-co/tasks/[0-9a-f-]{36}/$"))
+    task_id = page.url.rstrip("/").rsplit("/", 1)[1]
+
+    # No reload of the inbox tab: the row arrives through the session stream.
+    row = inbox.locator(f"tr[data-task-id='{task_id}']")
+    expect(row).to_contain_text("Ship it when green.")
+    expect(row.get_by_test_id("task-state")).to_have_text("Unread")
+
+    # The task page (open in the first tab) follows the ack without a reload.
+    expect(page.get_by_test_id("task-state")).to_have_text("Unread")
+    acked = httpx.post(
+        f"{ui.base_url}/a2a/",
+        headers={"Authorization": f"Bearer {bob['agent_token']}", "A2A-Version": "1.0"},
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "SendMessage",
+            "params": {
+                "message": {
+                    "messageId": "live-ack-1",
+                    "role": "ROLE_USER",
+                    "taskId": task_id,
+                    "parts": [{"text": "on it"}],
+                }
+            },
+        },
+    )
+    assert "error" not in acked.json(), acked.text
+    expect(page.get_by_test_id("task-state")).to_have_text("Completed")
+    expect(row.get_by_test_id("task-state")).to_have_text("Completed")
+    ui.assert_no_console_errors()

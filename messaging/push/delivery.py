@@ -1,0 +1,421 @@
+"""Webhook delivery (DESIGN.md §7): fan-out, attempts, retries and the delivery log.
+
+The database is the delivery guarantee, the queue only a wake-up (as for streams):
+1. `schedule` runs inside the transaction that writes the events. It inserts one
+   `WebhookDelivery` row per event and destination (the agents' `webhook_url`s — the same
+   events their SSE streams carry — and the task's push configs) and, after commit, enqueues
+   them. A lost enqueue (Redis down, process killed) only delays a delivery: the beat task
+   `retry_due_webhooks` re-enqueues pending rows whose attempt is overdue.
+2. `attempt` makes one attempt: it claims the row with a lease (so duplicate queue messages
+   never POST twice at once), re-checks that the destination may still see the task (current
+   policy, agent status), POSTs, and records the outcome. It returns the delay before the next
+   attempt — exponential backoff with jitter, capped — or None when the delivery is finished.
+3. Celery tasks (messaging/tasks.py) call `attempt` and re-enqueue themselves with that delay.
+   In the embedded default (eager Celery, no broker) the same loop runs on a small pool of
+   background threads instead, so a request never waits for a webhook.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from functools import partial
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from agents.models import Agent
+from agents.services import webhook_secret
+from hikyaku import metrics
+
+from .. import policy
+from ..models import PushConfig, Task, TaskEvent, WebhookDelivery
+from . import http, payloads
+
+log = logging.getLogger(__name__)
+Outcome = WebhookDelivery.Outcome
+
+USER_AGENT = "Hikyaku-Webhooks/1.0"
+
+
+# 1. Fan-out ----------------------------------------------------------------------------------
+
+
+def schedule(events: Iterable[TaskEvent]) -> None:
+    """Record the deliveries these new events owe and enqueue them after commit. Call inside
+    the transaction that wrote the events, with `event.task` holding its Task and the task's
+    `sender`/`recipient` loaded. Costs no query unless a party has a webhook or the task has
+    push configs (`Task.push_configured`); then one query for the configs and one INSERT."""
+    rows: list[WebhookDelivery] = []
+    now = timezone.now()
+    for event in events:
+        task: Task = event.task
+        for agent in _subscribed_agents(task, event):
+            rows.append(_row(event, task, now, target=WebhookDelivery.Target.AGENT, agent=agent))
+        if event.kind != TaskEvent.Kind.CREATED and task.push_configured:
+            for config in PushConfig.objects.filter(task_id=task.id):
+                rows.append(
+                    _row(event, task, now, target=WebhookDelivery.Target.PUSH_CONFIG, config=config)
+                )
+    if not rows:
+        return
+    created = WebhookDelivery.objects.bulk_create(rows)
+    transaction.on_commit(partial(enqueue, [row.id for row in created]))
+
+
+def new_task_delivery_sql(task: Task, *, dest: str, event: str) -> tuple[str, list]:
+    """Postgres, for sends that store a unicast task in one statement: the body of a
+    data-modifying CTE inserting the recipient's webhook delivery for the new task's event,
+    only when the recipient has a webhook. `dest` must yield the recipient's `id` and
+    `webhook_url` (already checked active), `event` the new event's `id`. Callers enqueue
+    the returned delivery id with `enqueue_after_commit`."""
+    now = timezone.now()
+    meta = WebhookDelivery._meta
+    quote = connection.ops.quote_name
+
+    def prep(field: str, value) -> object:
+        return meta.get_field(field).get_db_prep_save(value, connection)
+
+    columns = ", ".join(
+        quote(meta.get_field(f).column)
+        for f in (
+            "tenant", "event_id", "task_id", "target", "agent", "url", "attempts", "last_error",
+            "next_attempt_at", "outcome", "created_at", "updated_at",
+        )
+    )  # fmt: skip
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({columns})"
+        f" SELECT %s, {event}.id, %s, %s, {dest}.id, {dest}.webhook_url, 0, '', %s, %s, %s, %s"
+        f" FROM {dest}, {event} WHERE {dest}.webhook_url <> ''"
+    )
+    params = [
+        prep("tenant", task.tenant_id),
+        prep("task_id", task.id),
+        WebhookDelivery.Target.AGENT.value,
+        prep("next_attempt_at", now),
+        Outcome.PENDING.value,
+        prep("created_at", now),
+        prep("updated_at", now),
+    ]
+    return sql, params
+
+
+def transition_delivery_sql(task: Task, *, event: str) -> tuple[str, list] | None:
+    """Postgres, for transitions stored in one statement: the body of a data-modifying CTE
+    inserting this event's deliveries — the parties' agent webhooks (as loaded on `task`,
+    the same choice as `schedule`) and, when `task.push_configured`, the task's push configs
+    — or None when there is nothing to deliver (the statement then stays as it was). `event`
+    must yield the new event's `id`. The caller's compare-and-set must also require the
+    `push_configured` it read, so a config attached meanwhile makes it read again."""
+    now = timezone.now()
+    meta = WebhookDelivery._meta
+    quote = connection.ops.quote_name
+    agents = [
+        agent
+        for agent in (task.sender, task.recipient)
+        if agent is not None and agent.webhook_url and agent.status == Agent.Status.ACTIVE
+    ]
+    if not agents and not task.push_configured:
+        return None
+
+    def prep(field: str, value) -> object:
+        return meta.get_field(field).get_db_prep_save(value, connection)
+
+    columns = ", ".join(
+        quote(meta.get_field(f).column)
+        for f in (
+            "tenant", "event_id", "task_id", "target", "agent", "push_config", "url", "attempts",
+            "last_error", "next_attempt_at", "outcome", "created_at", "updated_at",
+        )
+    )  # fmt: skip
+    common = [prep("next_attempt_at", now), Outcome.PENDING.value, prep("created_at", now)]
+    common.append(prep("updated_at", now))
+    selects: list[str] = []
+    params: list = []
+    for agent in {agent.pk: agent for agent in agents}.values():
+        selects.append(
+            f"SELECT %s, {event}.id, %s, %s, %s, NULL::bigint, %s, 0, '', %s, %s, %s, %s"
+            f" FROM {event}"
+        )
+        params += [
+            prep("tenant", task.tenant_id),
+            prep("task_id", task.id),
+            WebhookDelivery.Target.AGENT.value,
+            prep("agent", agent.pk),
+            agent.webhook_url,
+            *common,
+        ]
+    if task.push_configured:
+        selects.append(
+            f"SELECT %s, {event}.id, %s, %s, NULL::uuid, pc.id, pc.url, 0, '', %s, %s, %s, %s"
+            f" FROM {event}, {quote(PushConfig._meta.db_table)} pc WHERE pc.task_id = %s"
+        )
+        params += [
+            prep("tenant", task.tenant_id),
+            prep("task_id", task.id),
+            WebhookDelivery.Target.PUSH_CONFIG.value,
+            *common,
+            PushConfig._meta.get_field("task").get_db_prep_value(task.id, connection),
+        ]
+    # Typed NULLs: a UNION of untyped NULLs would resolve them to text.
+    sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) " + " UNION ALL ".join(selects)
+    return sql, params
+
+
+def enqueue_after_commit(delivery_ids: list[int]) -> None:
+    transaction.on_commit(partial(enqueue, delivery_ids))
+
+
+def _subscribed_agents(task: Task, event: TaskEvent) -> list[Agent]:
+    """The parties whose stream carries this event (docs/ARCHITECTURE.md: `message` for the
+    recipient of a new task, `task-update` for both parties afterwards) and have a webhook."""
+    parties = (
+        [task.recipient]
+        if event.kind == TaskEvent.Kind.CREATED
+        else [
+            task.sender,
+            task.recipient,
+        ]
+    )
+    seen: set = set()
+    subscribed = []
+    for agent in parties:
+        if agent is None or agent.pk in seen or not agent.webhook_url:
+            continue
+        seen.add(agent.pk)
+        if agent.status == Agent.Status.ACTIVE:
+            subscribed.append(agent)
+    return subscribed
+
+
+def _row(
+    event: TaskEvent,
+    task: Task,
+    now,
+    *,
+    target: str,
+    agent: Agent | None = None,
+    config: PushConfig | None = None,
+) -> WebhookDelivery:
+    return WebhookDelivery(
+        tenant_id=task.tenant_id,
+        event_id=event.id,
+        task_id=task.id,
+        target=target,
+        agent=agent,
+        push_config=config,
+        url=agent.webhook_url if agent else config.url,
+        next_attempt_at=now,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+# 2. One attempt ------------------------------------------------------------------------------
+
+
+def backoff(attempts: int) -> float:
+    """Seconds before attempt `attempts + 1`: base × 2^(attempts-1), capped, ±10% jitter."""
+    base = settings.HIKYAKU_WEBHOOK_BACKOFF_SECONDS
+    delay = min(base * (2 ** max(attempts - 1, 0)), settings.HIKYAKU_WEBHOOK_BACKOFF_CAP_SECONDS)
+    return delay * random.uniform(0.9, 1.1)
+
+
+def attempt(*, delivery_id: int) -> float | None:
+    """Make the next attempt of a pending delivery if it is due. Returns the delay before the
+    following attempt, or None when there is nothing more to do (finished, not due, or
+    claimed by another worker)."""
+    now = timezone.now()
+    timeout = settings.HIKYAKU_WEBHOOK_TIMEOUT_SECONDS
+    lease_until = now + timedelta(seconds=timeout * 3 + 30)
+    claimed = (
+        WebhookDelivery.objects.filter(pk=delivery_id, outcome=Outcome.PENDING)
+        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+        .update(next_attempt_at=lease_until, updated_at=now)
+    )
+    if not claimed:
+        return None
+    delivery = WebhookDelivery.objects.select_related(
+        "agent", "push_config", "push_config__created_by"
+    ).get(pk=delivery_id)
+    task = Task.objects.select_related("sender", "recipient").filter(pk=delivery.task_id).first()
+    event = TaskEvent.objects.filter(pk=delivery.event_id).first()
+    destination = _destination(delivery, task) if task and event else None
+    if destination is None:
+        _finish(delivery, Outcome.DROPPED, error="The destination may no longer see this task.")
+        metrics.webhook_attempt("dropped")
+        return None
+    url, secret, extra_headers, dialect = destination
+    body = payloads.encode(payloads.stream_response(task, event, dialect))
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "X-Hikyaku-Event-Id": str(event.id),
+        "X-Hikyaku-Delivery-Id": str(delivery.id),
+        **extra_headers,
+    }
+    if secret:
+        headers[payloads.SIGNATURE_HEADER] = payloads.signature(secret, body)
+    result = http.post(url, body=body, headers=headers, timeout=timeout)
+    metrics.webhook_attempt(result.outcome)
+    attempts = delivery.attempts + 1
+    if result.ok:
+        _finish(delivery, Outcome.DELIVERED, attempts=attempts, status=result.status, url=url)
+        return None
+    if result.outcome == "refused":
+        _finish(delivery, Outcome.REFUSED, attempts=attempts, error=result.error, url=url)
+        return None
+    if attempts >= settings.HIKYAKU_WEBHOOK_MAX_ATTEMPTS:
+        _finish(
+            delivery,
+            Outcome.FAILED,
+            attempts=attempts,
+            status=result.status,
+            error=result.error,
+            url=url,
+        )
+        metrics.webhook_attempt("gave_up")
+        return None
+    delay = backoff(attempts)
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(
+        attempts=attempts,
+        last_status=result.status,
+        last_error=result.error[:500],
+        next_attempt_at=timezone.now() + timedelta(seconds=delay),
+        updated_at=timezone.now(),
+        url=url,
+    )
+    return delay
+
+
+def _destination(
+    delivery: WebhookDelivery, task: Task
+) -> tuple[str, str, dict[str, str], str] | None:
+    """(url, signing secret, headers, payload dialect) if the destination may still see the
+    task under the current policy; None otherwise."""
+    if delivery.target == WebhookDelivery.Target.AGENT:
+        agent = delivery.agent
+        if (
+            agent is None
+            or agent.status != Agent.Status.ACTIVE
+            or not agent.webhook_url
+            or agent.pk not in (task.sender_id, task.recipient_id)
+            or not policy.may_read(agent, task)
+        ):
+            return None
+        return agent.webhook_url, webhook_secret(agent=agent), {}, "1.0"
+    config = delivery.push_config
+    if config is None:
+        return None
+    creator = config.created_by
+    if creator is not None:
+        if (
+            creator.status != Agent.Status.ACTIVE
+            or creator.pk not in (task.sender_id, task.recipient_id)
+            or not policy.may_read(creator, task)
+        ):
+            return None
+        secret = webhook_secret(agent=creator)
+    else:
+        if task.sender_id is not None or task.caller_id != config.created_by_caller:
+            return None
+        secret = config.token
+    headers: dict[str, str] = {}
+    if config.token:
+        headers["X-A2A-Notification-Token"] = config.token
+    if config.auth_scheme and config.auth_credentials:
+        headers["Authorization"] = f"{config.auth_scheme} {config.auth_credentials}"
+    return config.url, secret, headers, config.dialect
+
+
+def _finish(
+    delivery: WebhookDelivery,
+    outcome: str,
+    *,
+    attempts: int | None = None,
+    status: int | None = None,
+    error: str = "",
+    url: str | None = None,
+) -> None:
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(
+        outcome=outcome,
+        attempts=delivery.attempts if attempts is None else attempts,
+        last_status=status,
+        last_error=error[:500],
+        next_attempt_at=None,
+        updated_at=timezone.now(),
+        url=url or delivery.url,
+    )
+
+
+# 3. Running attempts -------------------------------------------------------------------------
+
+
+def enqueue(delivery_ids: list[int]) -> None:
+    """Start delivering (after commit). Never raises: a delivery that could not be enqueued
+    stays pending and `enqueue_due` picks it up."""
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        for delivery_id in delivery_ids:
+            _local_submit(delivery_id)
+        return
+    from ..tasks import deliver_webhook
+
+    for delivery_id in delivery_ids:
+        try:
+            deliver_webhook.apply_async((delivery_id,), retry=False)
+        except Exception as exc:  # the broker is down: the sweeper will retry
+            log.warning("webhook delivery %s not enqueued (%s); will retry", delivery_id, exc)
+
+
+def enqueue_due(*, limit: int = 1000) -> int:
+    """Re-enqueue pending deliveries whose attempt is overdue (lost queue messages, crashed
+    workers). Run every minute by beat. Returns how many were enqueued."""
+    grace = timedelta(seconds=settings.HIKYAKU_WEBHOOK_SWEEP_GRACE_SECONDS)
+    due = list(
+        WebhookDelivery.objects.filter(
+            outcome=Outcome.PENDING, next_attempt_at__lte=timezone.now() - grace
+        )
+        .order_by("next_attempt_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    if due:
+        enqueue(due)
+    return len(due)
+
+
+# The embedded default: a few background threads stand in for the Celery worker.
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _local_submit(delivery_id: int) -> None:
+    global _executor
+    if _executor is None:
+        with _executor_lock:
+            if _executor is None:
+                _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook")
+    _executor.submit(_local_run, delivery_id)
+
+
+def _local_run(delivery_id: int) -> None:
+    close_old_connections()
+    try:
+        delay = attempt(delivery_id=delivery_id)
+    except Exception:
+        log.exception("webhook delivery %s failed unexpectedly", delivery_id)
+        delay = None
+    finally:
+        close_old_connections()
+        from django.db import connection
+
+        connection.close()
+    if delay is not None:
+        timer = threading.Timer(delay, _local_submit, args=(delivery_id,))
+        timer.daemon = True
+        timer.start()

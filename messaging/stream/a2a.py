@@ -1,0 +1,270 @@
+"""A2A streaming over JSON-RPC (DESIGN.md §4.2): SendStreamingMessage and SubscribeToTask.
+
+The response is an SSE stream whose `data:` lines are JSON-RPC responses, as a2a-sdk's server
+writes them and its client transport reads them:
+
+- A2A 1.0 (`A2A-Version: 1.x`): each `result` is a StreamResponse — `{"task": Task}` first,
+  then `{"artifactUpdate": …}` (a result artifact) and `{"statusUpdate": …}` per event.
+- 0.3 (no header, compat): the same events in 0.3 shapes — a Task with `"kind": "task"`, then
+  `"kind": "status-update"` (with `final`) / `"kind": "artifact-update"`.
+
+The stream ends after the update that puts the task in a terminal state. Errors found before
+the stream starts (bad params, unknown task, a terminal task for SubscribeToTask → -32004)
+are a plain JSON-RPC error response; errors after it are an `event: error` frame carrying a
+JSON-RPC error, then the end of the stream.
+
+Served by the lean ASGI handler in stream processes (`jsonrpc_stream`); a WSGI web process
+answers the same requests by polling the database (`wsgi_response`).
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any
+
+from a2a.compat.v0_3 import conversions
+from a2a.types import StreamResponse
+from django.db import DatabaseError
+from django.db.models import Max
+from django.http import StreamingHttpResponse
+from google.protobuf.json_format import ParseDict
+
+from agents.auth import AgentIdentity, authenticate_agent, identity_is_current
+from hikyaku.errors import (
+    HikyakuError,
+    InvalidRequest,
+    RateLimited,
+    ServiceUnavailable,
+    TaskNotFound,
+    Unauthenticated,
+    UnsupportedOperation,
+)
+
+from .. import policy, selectors, services
+from ..a2a import errors
+from ..a2a.methods import _int_param
+from ..a2a.wire import STATE_V1, Dialect, dialect_for, parse_message, render_task
+from ..models import TERMINAL_STATES, Task, TaskEvent
+from ..services import Sender
+from . import sse
+from .db import run_db
+from .feeds import PAGE, Batch, Feed
+from .serve import polled_response, serve
+
+log = logging.getLogger(__name__)
+
+SEND, SUBSCRIBE = "send", "subscribe"
+STREAMING_METHODS = {
+    "SendStreamingMessage": SEND,
+    "message/stream": SEND,
+    "SubscribeToTask": SUBSCRIBE,
+    "tasks/resubscribe": SUBSCRIBE,
+}
+
+
+def _timestamp(value) -> str:
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def _follow_up(row: TaskEvent, task: Task) -> dict[str, Any] | None:
+    """The message an event carried (a follow-up in the task's history), if any."""
+    message_id = (row.payload or {}).get("messageId")
+    if message_id:
+        for message in reversed(task.history):
+            if message.get("messageId") == message_id:
+                return {**message, "taskId": str(task.pk), "contextId": task.context_id}
+    parts = (row.payload or {}).get("parts")
+    if not parts:
+        return None
+    by_recipient = row.actor_id is not None and row.actor_id == task.recipient_id
+    return {
+        "messageId": f"event-{row.id}",
+        "role": "ROLE_AGENT" if by_recipient else "ROLE_USER",
+        "parts": parts,
+        "taskId": str(task.pk),
+        "contextId": task.context_id,
+    }
+
+
+def update_results(row: TaskEvent, task: Task) -> list[dict[str, Any]]:
+    """The A2A 1.0 StreamResponses (as ProtoJSON dicts) for one event of a task."""
+    results: list[dict[str, Any]] = []
+    ids = {"taskId": str(task.pk), "contextId": task.context_id}
+    parts = (row.payload or {}).get("parts")
+    if row.kind == TaskEvent.Kind.COMPLETE and parts:
+        artifact = next(
+            (a for a in reversed(task.artifacts) if a.get("name") == "result"),
+            {"artifactId": f"result-{row.id}", "name": "result", "parts": parts},
+        )
+        results.append({"artifactUpdate": {**ids, "artifact": artifact, "lastChunk": True}})
+    state = row.to_state or task.state
+    status: dict[str, Any] = {"state": STATE_V1[state], "timestamp": _timestamp(row.created_at)}
+    message = _follow_up(row, task)
+    if message is not None:
+        status["message"] = message
+    metadata = {"eventId": row.id, "kind": row.kind}
+    results.append({"statusUpdate": {**ids, "status": status, "metadata": metadata}})
+    return results
+
+
+class TaskFeed(Feed):
+    """One task's updates for one of its parties, until it reaches a terminal state."""
+
+    def __init__(
+        self,
+        *,
+        identity: AgentIdentity | None,
+        dialect: Dialect,
+        request_id: Any,
+        task: Task,
+        cursor: int,
+        history_length: int | None = None,
+    ) -> None:
+        self.identity = identity
+        self.dialect = dialect
+        self.request_id = request_id
+        self.task = task
+        self.cursor = cursor
+        self.history_length = history_length
+        self.keys = tuple(str(i) for i in {task.sender_id, task.recipient_id} if i is not None)
+
+    def _response(self, result: dict[str, Any]) -> bytes:
+        if self.dialect is Dialect.V1_0:
+            return sse.event({"jsonrpc": "2.0", "id": self.request_id, "result": result})
+        compat = conversions.to_compat_stream_response(
+            ParseDict(result, StreamResponse()), self.request_id
+        ).model_dump(mode="json", by_alias=True, exclude_none=True)
+        body = result.get("statusUpdate") or result.get("artifactUpdate")
+        if body and "metadata" in body:
+            compat["result"]["metadata"] = body["metadata"]  # keep integers integers
+        return sse.event(compat)
+
+    def _error(self, error: HikyakuError) -> bytes:
+        return sse.event(errors.response(self.request_id, errors.from_domain(error)), name="error")
+
+    def open(self) -> Batch:
+        task = self.task
+        body = render_task(task, self.dialect, history_length=self.history_length)
+        if self.dialect is Dialect.V1_0:
+            first = sse.event({"jsonrpc": "2.0", "id": self.request_id, "result": {"task": body}})
+        else:
+            first = sse.event({"jsonrpc": "2.0", "id": self.request_id, "result": body})
+        return Batch([first], closed="terminal" if task.is_terminal else None, more=True)
+
+    def fetch(self) -> Batch:
+        rows = list(
+            TaskEvent.objects.filter(task_id=self.task.pk, id__gt=self.cursor)
+            .select_related("task__sender", "task__recipient")
+            .order_by("id")[:PAGE]
+        )
+        if not rows:
+            return Batch()  # the hub re-checks the credentials of idle streams
+        if self.identity is not None and not identity_is_current(self.identity):
+            return Batch(closed="credentials")
+        frames = []
+        for row in rows:
+            self.cursor = row.id
+            task = row.task
+            agent = self.identity.agent if self.identity else None
+            if agent is not None:
+                agent = task.sender if task.sender_id == agent.pk else task.recipient
+            if not policy.may_read(agent, task):
+                return Batch(frames, closed="policy")
+            frames.extend(self._response(result) for result in update_results(row, task))
+            if row.to_state in TERMINAL_STATES:
+                return Batch(frames, closed="terminal")
+        return Batch(frames, more=len(rows) == PAGE)
+
+    def closing_frames(self, reason: str) -> list[bytes]:
+        if reason == "credentials":
+            return [self._error(Unauthenticated("The credentials of this stream were revoked."))]
+        if reason == "policy":
+            return [self._error(TaskNotFound(f"Task not found: {self.task.pk}"))]
+        if reason == "shutdown":
+            return [self._error(ServiceUnavailable())]
+        return []
+
+
+def _snapshot(task: Task) -> tuple[Task, int]:
+    """The task and the id of its last event, read in that order backwards: an event that
+    commits in between is then both in the task and after the cursor (sent twice, harmless)
+    rather than in neither."""
+    cursor = TaskEvent.objects.filter(task_id=task.pk).aggregate(last=Max("id"))["last"] or 0
+    return Task.objects.select_related("sender", "recipient").get(pk=task.pk), cursor
+
+
+def begin(
+    identity: AgentIdentity, dialect: Dialect, request_id: Any, method: str, params: dict
+) -> TaskFeed:
+    """Everything before the first frame: the send (or the subscription checks). Raises
+    HikyakuError for what must be answered as a plain JSON-RPC error."""
+    sender = Sender(tenant=identity.tenant, agent=identity.agent)
+    history_length = None
+    if STREAMING_METHODS[method] == SEND:
+        message = parse_message(params.get("message"), dialect)
+        history_length = _int_param(
+            params.get("configuration") or {}, "historyLength", low=0, high=10_000, default=None
+        )
+        task = services.send_message(sender=sender, message=message)
+    else:
+        task_id = params.get("id")
+        if not isinstance(task_id, str) or not task_id:
+            raise InvalidRequest("params.id (the task id) is required.", details={"field": "id"})
+        task = selectors.party_task(sender=sender, task_id=task_id)
+        if task.is_terminal:
+            raise UnsupportedOperation(
+                f"Task {task.pk} is {task.state}: a terminal task has no updates to stream."
+            )
+    task, cursor = _snapshot(task)
+    return TaskFeed(
+        identity=identity,
+        dialect=dialect,
+        request_id=request_id,
+        task=task,
+        cursor=cursor,
+        history_length=history_length,
+    )
+
+
+async def jsonrpc_stream(
+    scope: sse.Scope, receive: sse.Receive, send: sse.Send, payload: dict
+) -> None:
+    """A streaming JSON-RPC request, already read and decoded by the dispatcher."""
+    from ..a2a.views import EnvelopeError, parse_request
+
+    try:
+        request_id, method, params = parse_request(payload)
+    except EnvelopeError as exc:
+        await sse.send_json(send, 200, exc.response)
+        return
+    try:
+        dialect = dialect_for(sse.header(scope, b"a2a-version"))
+        identity = await run_db(
+            partial(
+                authenticate_agent,
+                authorization=sse.header(scope, b"authorization"),
+                agent_id=sse.header(scope, b"x-agent-id"),
+            )
+        )
+        feed = await run_db(begin, identity, dialect, request_id, method, params, retry=False)
+    except (Unauthenticated, RateLimited) as exc:
+        body = errors.response(request_id, errors.from_domain(exc))
+        await sse.send_json(send, exc.status, body, sse.error_headers(exc))
+        return
+    except HikyakuError as exc:
+        await sse.send_json(send, 200, errors.response(request_id, errors.from_domain(exc)))
+        return
+    except DatabaseError as exc:
+        log.warning("%s: database unavailable (%s)", method, exc.__class__.__name__)
+        body = errors.response(request_id, errors.from_domain(ServiceUnavailable()))
+        await sse.send_json(send, 503, body)
+        return
+    await serve(feed, receive, send, kind="a2a")
+
+
+def wsgi_response(
+    identity: AgentIdentity, dialect: Dialect, request_id: Any, method: str, params: dict
+) -> StreamingHttpResponse:
+    """A streaming method that reached a WSGI process (no stream handler in front of it)."""
+    return polled_response(lambda: begin(identity, dialect, request_id, method, params))

@@ -1,0 +1,63 @@
+"""Database work for the stream handlers: a small bounded thread pool, never a thread per stream.
+
+The ORM is synchronous and Django connections belong to threads, so every query of a stream
+runs through `run_db` on one of a few worker threads (HIKYAKU_STREAM_DB_THREADS). Each worker
+keeps its connection between calls: nothing in these threads fires Django's
+request_started/finished signals, so CONN_MAX_AGE=0 does not apply to them and a process holds
+at most that many connections whatever its number of streams. A connection broken by a
+database restart is closed and the read retried once on a fresh one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def executor() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        with _executor_lock:
+            if _executor is None:
+                _executor = ThreadPoolExecutor(
+                    max_workers=settings.HIKYAKU_STREAM_DB_THREADS,
+                    thread_name_prefix="hikyaku-stream-db",
+                )
+    return _executor
+
+
+def _call(fn: Callable[..., T], args: tuple, retry: bool) -> T:
+    if connection.errors_occurred:
+        # What close_old_connections() does, minus the CONN_MAX_AGE expiry.
+        if connection.connection is not None and connection.is_usable():
+            connection.errors_occurred = False
+        else:
+            connection.close()
+    try:
+        return fn(*args)
+    except (OperationalError, InterfaceError):
+        # Typically a connection the database closed (restart, failover, idle timeout).
+        connection.close()
+        if not retry:
+            raise
+        log.info("stream database connection was broken; retrying on a new one")
+        return fn(*args)
+
+
+async def run_db(fn: Callable[..., T], *args: Any, retry: bool = True) -> T:
+    """Run `fn(*args)` on a stream DB thread. Pass retry=False for writes."""
+    return await sync_to_async(_call, thread_sensitive=False, executor=executor())(fn, args, retry)

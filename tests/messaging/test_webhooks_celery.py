@@ -1,0 +1,186 @@
+"""Webhooks delivered by a real Celery worker process through a Redis broker.
+
+The production topology in miniature: a broker process (uvicorn) that enqueues to Redis after
+commit, a `celery -A hikyaku worker` process that POSTs, and a receiver on 127.0.0.1. Both
+processes run against the test database. Each run uses its own queue name, so parallel runs
+sharing a Redis cannot steal each other's tasks.
+
+Needs Redis: CELERY_BROKER_URL, else REDIS_URL, else redis://127.0.0.1:6379/8. Skipped when
+no Redis answers, unless REDIS_URL or CELERY_BROKER_URL is set (CI), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import redis
+
+from agents import services as agent_services
+from messaging.models import WebhookDelivery
+from messaging.push import payloads
+from tests import factories, live
+from tests.live import ROOT, BrokerProcess
+from tests.messaging.receiver import free_port
+from tests.messaging.rpc import message
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def redis_url() -> str:
+    return (
+        os.environ.get("CELERY_BROKER_URL")
+        or os.environ.get("REDIS_URL")
+        or "redis://127.0.0.1:6379/8"
+    )
+
+
+@pytest.fixture(scope="module")
+def celery_env() -> dict[str, str]:
+    url = redis_url()
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+    except redis.RedisError:
+        if os.environ.get("CELERY_BROKER_URL") or os.environ.get("REDIS_URL"):
+            raise
+        pytest.skip(f"no Redis at {url}")
+    return {
+        "CELERY_BROKER_URL": url,
+        "CELERY_TASK_DEFAULT_QUEUE": f"hikyaku-test-{uuid.uuid4().hex[:12]}",
+        "HIKYAKU_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1",
+        "HIKYAKU_WEBHOOK_TIMEOUT_SECONDS": "1",
+        "HIKYAKU_WEBHOOK_BACKOFF_SECONDS": "0.2",
+        "HIKYAKU_WEBHOOK_BACKOFF_CAP_SECONDS": "1",
+        "HIKYAKU_WEBHOOK_MAX_ATTEMPTS": "3",
+    }
+
+
+@pytest.fixture(scope="module")
+def worker(django_db_setup, django_db_blocker, celery_env) -> Iterator[subprocess.Popen]:
+    log_path = ROOT / "test-artifacts" / "celery-worker.log"
+    log_path.parent.mkdir(exist_ok=True)
+    env = {
+        **os.environ,
+        **celery_env,
+        "DATABASE_URL": live.test_database_url(),
+        "HIKYAKU_LOG_FORMAT": "text",
+    }
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "hikyaku",
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                "2",
+                "--queues",
+                celery_env["CELERY_TASK_DEFAULT_QUEUE"],
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 60
+    while b" ready." not in log_path.read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"celery worker did not start; see {log_path}")
+        time.sleep(0.2)
+    yield proc
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def queued_broker(django_db_setup, celery_env) -> Iterator[BrokerProcess]:
+    """A broker process that enqueues deliveries to Redis instead of running them itself."""
+    server = BrokerProcess(env=celery_env, port=free_port()).start()
+    yield server
+    server.stop()
+
+
+def send_over_http(broker: BrokerProcess, sender, body: dict) -> dict:
+    response = httpx.post(
+        f"{broker.url}/a2a/",
+        json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body},
+        headers={"Authorization": f"Bearer {sender.token}", "A2A-Version": "1.0"},
+        timeout=10,
+    )
+    assert "result" in response.json(), response.text
+    return response.json()["result"]
+
+
+def wait_for_outcome(count: int, timeout: float = 30) -> list[WebhookDelivery]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = list(WebhookDelivery.objects.order_by("pk"))
+        if len(rows) >= count and all(r.outcome != "pending" for r in rows):
+            return rows
+        time.sleep(0.1)
+    raise AssertionError(f"deliveries not finished: {list(WebhookDelivery.objects.values())}")
+
+
+def test_a_celery_worker_delivers_and_retries_until_success(
+    worker, queued_broker, tenant, agent, receiver
+):
+    receiver.statuses = [500, 200]
+    bob = factories.agent(tenant, name="bob", webhook_url=receiver.url)
+    task = send_over_http(queued_broker, agent, {"message": message("via worker", to=bob.id)})
+    requests = receiver.wait_for(2, timeout=30)
+    (row,) = wait_for_outcome(1)
+    assert (row.outcome, row.attempts, row.last_status) == ("delivered", 2, 200)
+    assert requests[1].at - requests[0].at >= 0.15  # backed off before retrying
+    body = requests[1].json
+    assert body["task"]["id"] == task["task"]["id"]
+    secret = agent_services.webhook_secret(agent=bob.refresh())
+    assert payloads.verify(secret, requests[1].body, requests[1].headers["X-Hikyaku-Signature"])
+    time.sleep(1)
+    assert len(receiver.requests) == 2  # stopped on success
+
+
+def test_a_celery_worker_delivers_push_configs_and_gives_up(
+    worker, queued_broker, tenant, agent, peer, receiver
+):
+    receiver.statuses = [500]
+    task = send_over_http(queued_broker, agent, {"message": message("x", to=peer.id)})["task"]
+    response = httpx.post(
+        f"{queued_broker.url}/a2a/",
+        json={
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "CreateTaskPushNotificationConfig",
+            "params": {"taskId": task["id"], "url": receiver.url, "token": "tok"},
+        },
+        headers={"Authorization": f"Bearer {agent.token}", "A2A-Version": "1.0"},
+        timeout=10,
+    )
+    assert response.json()["result"]["token"] == "tok"
+    send_over_http(
+        queued_broker,
+        peer,
+        {"message": {**message("on it", action="accept"), "taskId": task["id"]}},
+    )
+    requests = receiver.wait_for(3, timeout=30)
+    (row,) = wait_for_outcome(1)
+    assert (row.outcome, row.attempts) == ("failed", 3)
+    assert all(r.headers["X-A2A-Notification-Token"] == "tok" for r in requests)
+    assert requests[0].json["statusUpdate"]["status"]["state"] == "TASK_STATE_WORKING"
