@@ -47,11 +47,13 @@ def run_with_kills(server: Server, load: SendLoad, kill_at: tuple[int, ...], com
     load.start()
     for threshold in kill_at:
         load.wait_for(threshold)
-        acknowledged_before = {e.message_id for e in load.entries if e.acknowledged}
         killed_at = time.monotonic()
         server.kill()
         time.sleep(0.3)  # clients run into the dead port meanwhile
         stored = committed()
+        # Read after the kill: no success can arrive from a dead server, so this is exactly
+        # what the clients had been told before it died.
+        acknowledged_before = {e.message_id for e in load.entries if e.acknowledged}
         server.start()
         kills.append(
             {
