@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from a2a.types import AgentSkill
 from django.db import transaction
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -350,7 +349,7 @@ class AgentPolicyView(APIView):
 
     @extend_schema(
         operation_id="get_agent_policy",
-        responses={200: PolicyOut},
+        responses={200: PolicyOut, **errors(404)},
         description=OPERATOR_AUTH,
     )
     def get(self, request: Request, agent_id: str) -> Response:
@@ -361,7 +360,7 @@ class AgentPolicyView(APIView):
     @extend_schema(
         operation_id="set_agent_policy",
         request=PolicyIn,
-        responses={200: PolicyOut},
+        responses={200: PolicyOut, **errors(400, 404, 413)},
         description="Set an agent's allow-lists (`send_to`, `receive_from`: agent ids of this "
         'tenant, or `["*"]` for anyone; `[]` for nobody) and disclosure ceiling. Fields left '
         "out keep their value. Narrowing a policy closes access to existing history at once. "
@@ -393,7 +392,8 @@ class WebhookSecretView(APIView):
             200: inline_serializer(
                 "WebhookSecret",
                 {"agent_id": serializers.UUIDField(), "webhook_secret": serializers.CharField()},
-            )
+            ),
+            **errors(403, 404),
         },
         description="The agent's webhook signing secret (see docs/WEBHOOKS.md).",
     )
@@ -406,7 +406,13 @@ class WebhookSecretView(APIView):
         operation_id="rotate_webhook_secret",
         parameters=AGENT_AUTH_PARAMS,
         request=None,
-        responses={200: OpenApiTypes.OBJECT},
+        responses={
+            200: inline_serializer(
+                "RotatedWebhookSecret",
+                {"agent_id": serializers.UUIDField(), "webhook_secret": serializers.CharField()},
+            ),
+            **errors(403, 404),
+        },
         description="Issue a new webhook signing secret; deliveries from now on use it.",
     )
     def post(self, request: Request, agent_id: str) -> Response:

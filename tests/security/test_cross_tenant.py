@@ -28,6 +28,7 @@ from django.urls import URLResolver, get_resolver
 from agents import services as agent_services
 from agents.models import Agent
 from messaging.a2a.methods import METHODS
+from messaging.stream.a2a import STREAMING_METHODS
 from messaging.models import Task, TaskEvent
 from tenants.models import ApiKey, Membership, User
 from tenants.selectors import api_key_by_raw
@@ -398,6 +399,39 @@ ROUTES: dict[str, Route] = {
         },
     ),
     "favicon.ico": Route("a redirect to a static file, no ids"),
+    # Surfaces merged after this matrix was written; each has its own cross-tenant tests.
+    "a2a/agents/": Route(
+        "the card directory: a tenant's own agents, or public ones anonymously"
+        " (tests/agents/test_peer_cards.py::test_directory_*)"
+    ),
+    "a2a/agents/<str:agent_id>/.well-known/agent-card.json": Route(
+        "an agent's card: another tenant's private agent is 404"
+        " (tests/agents/test_peer_cards.py::test_private_card_needs_a_credential_of_its_tenant)"
+    ),
+    "a2a/agents/<str:agent_id>/": Route(
+        "an agent's own JSON-RPC endpoint: another tenant's private agent is 404"
+        " (tests/messaging/test_peer_endpoint.py::test_other_tenants_get_404_from_a_private_agent)"
+    ),
+    "a2a/agents/<str:agent_id>": Route("the same endpoint without its trailing slash"),
+    "api/v1/agents/<str:agent_id>/policy": Route(
+        "operator policy by tenant key: another tenant's agent reads like an unknown one"
+        " (tests/agents/test_policy_admin_and_api.py)"
+    ),
+    "api/v1/agents/<str:agent_id>/webhook-secret": Route(
+        "an agent's own signing secret: others are refused"
+        " (tests/agents/test_credentials.py::test_an_agent_reads_and_rotates_its_webhook_secret)"
+    ),
+    "api/v1/subscribe": Route(
+        "the SSE inbox: the caller's own events only"
+        " (tests/messaging/test_streams.py::test_streams_never_carry_another_tenants_events)"
+    ),
+    "ui/t/<slug:slug>/events/": Route(
+        "a tenant's session stream: members only, others 404"
+        " (tests/messaging/test_stream_web.py::test_outsiders_get_401_or_404)"
+    ),
+    "ui/t/<slug:slug>/agents/<uuid:agent_id>/events/": Route(
+        "one agent's session stream (tests/messaging/test_stream_web.py)"
+    ),
 }
 
 # Whole subtrees classified at once (their routes come from third-party apps).
@@ -436,7 +470,9 @@ def test_every_route_is_classified():
 
 
 def test_every_rpc_method_is_classified():
-    assert set(METHODS) == set(RPC_METHODS), set(METHODS) ^ set(RPC_METHODS)
+    # Streaming methods are answered by the stream dispatcher (hikyaku/asgi.py), not METHODS.
+    served = set(METHODS) | set(STREAMING_METHODS)
+    assert served == set(RPC_METHODS), served ^ set(RPC_METHODS)
     assert set(RPC_METHODS.values()) <= set(TASK_PROBES_BY_METHOD)
 
 
