@@ -375,6 +375,11 @@ class AgentPolicyView(APIView):
         return Response(PolicyOut(agent).data)
 
 
+class WebhookSecretOut(serializers.Serializer):
+    agent_id = serializers.UUIDField()
+    webhook_secret = serializers.CharField()
+
+
 class WebhookSecretView(APIView):
     """The key of the HMAC in X-Hikyaku-Signature on this agent's webhook deliveries."""
 
@@ -389,10 +394,7 @@ class WebhookSecretView(APIView):
         operation_id="get_webhook_secret",
         parameters=AGENT_AUTH_PARAMS,
         responses={
-            200: inline_serializer(
-                "WebhookSecret",
-                {"agent_id": serializers.UUIDField(), "webhook_secret": serializers.CharField()},
-            ),
+            200: WebhookSecretOut,
             **errors(403, 404),
         },
         description="The agent's webhook signing secret (see docs/WEBHOOKS.md).",
@@ -407,10 +409,7 @@ class WebhookSecretView(APIView):
         parameters=AGENT_AUTH_PARAMS,
         request=None,
         responses={
-            200: inline_serializer(
-                "RotatedWebhookSecret",
-                {"agent_id": serializers.UUIDField(), "webhook_secret": serializers.CharField()},
-            ),
+            200: WebhookSecretOut,
             **errors(403, 404),
         },
         description="Issue a new webhook signing secret; deliveries from now on use it.",

@@ -28,8 +28,8 @@ from django.urls import URLResolver, get_resolver
 from agents import services as agent_services
 from agents.models import Agent
 from messaging.a2a.methods import METHODS
-from messaging.stream.a2a import STREAMING_METHODS
 from messaging.models import Task, TaskEvent
+from messaging.stream.a2a import STREAMING_METHODS
 from tenants.models import ApiKey, Membership, User
 from tenants.selectors import api_key_by_raw
 from tenants.services import add_member
