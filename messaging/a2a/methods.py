@@ -131,6 +131,23 @@ def list_filters(params: dict[str, Any], *, include_artifacts_default: bool) -> 
     )
 
 
+def page_result(page, filters, render) -> dict[str, Any]:
+    """A ListTasks result: one page of tasks, each rendered by `render(task, **options)`."""
+    return {
+        "tasks": [
+            render(
+                task,
+                history_length=filters.history_length,
+                include_artifacts=filters.include_artifacts,
+            )
+            for task in page.tasks
+        ],
+        "nextPageToken": page.next_page_token,
+        "pageSize": filters.page_size,
+        "totalSize": page.total_size,
+    }
+
+
 def list_tasks(call: Call) -> dict[str, Any]:
     params = call.params
     metadata = params.get("metadata") or {}
@@ -157,20 +174,9 @@ def list_tasks(call: Call) -> dict[str, Any]:
         page_size=filters.page_size,
         page_token=filters.page_token,
     )
-    return {
-        "tasks": [
-            render_task(
-                t,
-                call.dialect,
-                history_length=filters.history_length,
-                include_artifacts=filters.include_artifacts,
-            )
-            for t in page.tasks
-        ],
-        "nextPageToken": page.next_page_token,
-        "pageSize": filters.page_size,
-        "totalSize": page.total_size,
-    }
+    return page_result(
+        page, filters, lambda task, **options: render_task(task, call.dialect, **options)
+    )
 
 
 # The streaming methods (SendStreamingMessage, SubscribeToTask and their 0.3 names) are not

@@ -57,7 +57,7 @@ from .. import selectors, services, waiting
 from ..models import Task, TaskState
 from ..services import Sender
 from . import errors
-from .methods import _int_param, list_filters
+from .methods import _int_param, list_filters, page_result
 from .push import PUSH_METHODS
 from .views import _json, error_reply, not_post, parse_envelope, result_reply
 from .wire import Dialect, dialect_for, parse_message, task_v03, task_v1
@@ -287,20 +287,9 @@ def list_tasks(call: PeerCall) -> dict[str, Any]:
         page_size=filters.page_size,
         page_token=filters.page_token,
     )
-    return {
-        "tasks": [
-            render_task(
-                t,
-                call.dialect,
-                history_length=filters.history_length,
-                include_artifacts=filters.include_artifacts,
-            )
-            for t in page.tasks
-        ],
-        "nextPageToken": page.next_page_token,
-        "pageSize": filters.page_size,
-        "totalSize": page.total_size,
-    }
+    return page_result(
+        page, filters, lambda task, **options: render_task(task, call.dialect, **options)
+    )
 
 
 def streaming_not_here(call: PeerCall) -> dict[str, Any]:
