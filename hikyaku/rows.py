@@ -129,8 +129,10 @@ def first(model: type[M], fields: tuple[str, ...], sql: str, params: list[Any]) 
     return build(model, fields, row) if row is not None else None
 
 
+@cache
 def select_list(model: type[Model], fields: tuple[str, ...]) -> str:
-    """`fields` as table-qualified columns, safe in joins."""
+    """`fields` as table-qualified columns, safe in joins (Postgres and SQLite quote names
+    alike, so one string serves both)."""
     quote = connection.ops.quote_name
     table = quote(model._meta.db_table)
     return ", ".join(f"{table}.{quote(model._meta.get_field(f).column)}" for f in fields)

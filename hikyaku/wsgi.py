@@ -1,13 +1,65 @@
-"""WSGI entry point: the request/response server in production (see README, Topology)."""
+"""WSGI entry point: the request/response server in production (see README, Topology).
+
+Agents' JSON-RPC calls (`POST /`, `/a2a/`, `/a2a/agents/<id>/`) are most of the traffic and
+are authenticated by bearer credentials on every request, so they skip the middleware that
+serves browsers — sessions, CSRF, messages, the auth user, allauth, APPEND_SLASH: a second
+handler runs them with only what applies to them (request log, security headers, body
+limit, frame options). Everything else, the web UI and admin included, gets the full stack of
+settings.MIDDLEWARE.
+"""
 
 import os
+import re
 
 from django.conf import settings
+from django.core.handlers.wsgi import WSGIHandler
 from django.core.wsgi import get_wsgi_application
 
 from hikyaku.sqlite_backup import hold_server_lock
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hikyaku.settings")
-application = get_wsgi_application()
+
+# The middleware an agent's JSON-RPC call goes through, in settings.MIDDLEWARE's order.
+API_MIDDLEWARE = (
+    "hikyaku.request_log.request_log_middleware",
+    "django.middleware.security.SecurityMiddleware",
+    "hikyaku.middleware.security_headers_middleware",
+    "hikyaku.middleware.BodyLimitMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+)
+JSONRPC_PATH = re.compile(r"^/(?:a2a/(?:agents/[^/]+/?)?)?$")
+FLOOR_PATH = "/bench/floor"  # the benchmark's floor runs where our own calls run
+
+
+def _api_handler() -> WSGIHandler:
+    """A WSGIHandler whose middleware chain is API_MIDDLEWARE (Django builds the chain from
+    settings.MIDDLEWARE when a handler is created)."""
+    full = list(settings.MIDDLEWARE)
+    missing = [m for m in API_MIDDLEWARE if m not in full]
+    if missing:
+        raise RuntimeError(f"API_MIDDLEWARE names middleware not in settings: {missing}")
+    settings.MIDDLEWARE = [m for m in full if m in API_MIDDLEWARE]
+    try:
+        return WSGIHandler()
+    finally:
+        settings.MIDDLEWARE = full
+
+
+def _application():
+    site = get_wsgi_application()
+    api = _api_handler()
+
+    def application(environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        if environ.get("REQUEST_METHOD") == "POST" and (
+            JSONRPC_PATH.match(path) or path == FLOOR_PATH
+        ):
+            return api(environ, start_response)
+        return site(environ, start_response)
+
+    return application
+
+
+application = _application()
 # On the embedded SQLite default, `manage.py restore` refuses while this process runs.
 hold_server_lock(settings.DATABASES["default"])

@@ -196,7 +196,12 @@ class TaskEvent(models.Model):
         CANCEL = "cancel", "Canceled"
 
     id = models.BigAutoField(primary_key=True)
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    # An event's tenant and actor are its task's tenant and one of its task's parties, which
+    # the task's own foreign keys already hold to existing rows, so the database does not
+    # check them again for every event (deletion still cascades, in Django).
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
+    )
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events", db_index=False)
     # Copied from the task so a stream's query is one index range scan.
     sender_agent_id = models.UUIDField(null=True, blank=True)
@@ -204,7 +209,13 @@ class TaskEvent(models.Model):
     # Unindexed: only deleting an agent looks events up by actor (Agent rows are normally
     # deregistered, not deleted), and every event would pay for the index.
     actor = models.ForeignKey(
-        Agent, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+        Agent,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
+        db_constraint=False,
     )
     actor_label = models.CharField(max_length=200, blank=True)
     kind = models.CharField(max_length=16, choices=Kind.choices)
