@@ -190,6 +190,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--agent-id", required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="responder: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     responder = Responder(url=args.url, token=args.token, agent_id=args.agent_id)
     try:
         asyncio.run(responder.run())

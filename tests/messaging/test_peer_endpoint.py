@@ -454,6 +454,26 @@ def test_client_address_behind_trusted_proxies(bob, settings):
     assert err(bob, "GetTask", {"id": task["id"]}, address="10.0.0.1")["code"] == -32001
 
 
+def test_a_wsgi_process_streams_by_polling_in_the_callers_view(bob, settings):
+    settings.HIKYAKU_WSGI_STREAM_POLL_SECONDS = 0.01
+    response = rpc(bob, "SendStreamingMessage", {"message": say("via wsgi")})
+    assert response["Content-Type"] == "text/event-stream"
+    chunks = iter(response.streaming_content)
+
+    def data(chunk: bytes) -> dict:
+        [line] = [x for x in chunk.decode().splitlines() if x.startswith("data: ")]
+        return json.loads(line[len("data: ") :])
+
+    task = data(next(chunks))["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
+    act(bob, task["id"], "accept", "on it")
+    assert data(next(chunks))["result"]["statusUpdate"]["status"]["state"] == "TASK_STATE_WORKING"
+    act(bob, task["id"], "block", "which one?")
+    asked = data(next(chunks))["result"]["statusUpdate"]
+    assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert list(chunks) == []  # interrupted: the stream ended
+
+
 # Push notification configs ----------------------------------------------------------------
 
 
