@@ -13,9 +13,12 @@ This endpoint is the caller's side of that conversation:
   by HIKYAKU_BLOCKING_TIMEOUT_SECONDS, until the agent has answered (messaging/waiting.py).
   When the agent completed the task with `metadata.replyAs = "message"`, the result is that
   reply as an A2A `Message` instead of the task.
-- `GetTask`, `ListTasks`, `CancelTask` see only the caller's own tasks with this agent.
-- Tasks are shown the way A2A means them: an unread task is SUBMITTED (INPUT_REQUIRED means
-  the agent asked the caller something), and only the agent's result artifacts are listed.
+- `GetTask`, `ListTasks`, `CancelTask`, the push notification config methods and the
+  streams (`SendStreamingMessage`, `SubscribeToTask`: messaging/stream/peer.py, routed there
+  by hikyaku.asgi) see only the caller's own tasks with this agent.
+- Tasks are shown the way A2A means them (messaging/a2a/peer_view.py): an unread task is
+  SUBMITTED (INPUT_REQUIRED means the agent asked the caller something), and only the
+  agent's result artifacts are listed.
 
 Unlike the broker endpoint, messageId is not an idempotency key here (A2A does not make it
 one and its conformance kit reuses ids for different sends).
@@ -164,7 +167,7 @@ def deliver(call: PeerCall) -> Delivered:
     config = _configuration(call.params)
     history_length = _int_param(config, "historyLength", low=0, high=10_000, default=None)
     blocking = _blocking(config, call.dialect)
-    push_call = _broker_call(call, {**call.params, "configuration": config})
+    push_call = _broker_call(call, {"configuration": config})
     push_config = push.config_in_send(push_call)
     destination = (message.get("metadata") or {}).get("destination")
     if destination not in (None, "", str(call.agent.id)):
@@ -311,8 +314,11 @@ def _broker_call(call: PeerCall, params: dict[str, Any] | None = None) -> Call:
 
 def _push_method(method: Callable[..., Any]) -> Callable[[PeerCall], Any]:
     def serve(call: PeerCall) -> Any:
-        # Both dialects' shapes: `taskId` (1.0, and 0.3's set), else `id` (0.3's others).
-        task_id = call.params.get("taskId", call.params.get("id"))
+        # Both dialects' shapes: `taskId` (1.0, and 0.3's set), else `id` (0.3's others);
+        # a missing one is the method's own InvalidRequest.
+        params = call.params
+        by_id = "taskId" not in params and method is not push.create_config
+        task_id = params.get("id") if by_id else params.get("taskId")
         if isinstance(task_id, str) and task_id:
             _own_task(call, task_id)
         if method is push.create_config:

@@ -373,3 +373,34 @@ def test_a_stream_ends_when_the_agent_is_unpublished(peer_broker, tenant):
         assert sent.closed.wait(5)
     finally:
         sent.close()
+
+
+def test_the_0_3_dialect_streams_in_the_callers_view_too(peer_broker, tenant):
+    carol = factories.agent(tenant, name="carol")
+    agent_services.set_agent_public(agent=carol.model, public=True)
+    message = {
+        "kind": "message",
+        "messageId": uuid.uuid4().hex,
+        "role": "user",
+        "parts": [{"kind": "text", "text": "compat"}],
+    }
+    stream = SSEClient(
+        f"{peer_broker.url}/a2a/agents/{carol.id}/",
+        method="POST",
+        json_body={
+            "jsonrpc": "2.0",
+            "id": "c-1",
+            "method": "message/stream",
+            "params": {"message": message},
+        },
+    )
+    try:
+        task = stream.next().json()["result"]
+        assert task["kind"] == "task" and task["status"]["state"] == "submitted"
+        rpc.act(carol, task["id"], "reject", "not today")
+        update = stream.next().json()["result"]
+        assert update["kind"] == "status-update" and update["final"] is True
+        assert update["status"]["state"] == "rejected"
+        assert stream.closed.wait(5)
+    finally:
+        stream.close()
