@@ -188,7 +188,7 @@ def test_canceling_ends_the_callers_streams(peer_broker, bob):
     assert kinds(responses).count("artifact_update") == 0
 
 
-def test_other_callers_cannot_subscribe(peer_broker, bob, agent):
+def test_other_callers_cannot_subscribe(peer_broker, bob, agent, stranger):
     async def scenario():
         owner = await connect(peer_broker, bob, streaming=False)
         sent = [
@@ -203,7 +203,12 @@ def test_other_callers_cannot_subscribe(peer_broker, bob, agent):
         request = SendMessageRequest(message=say("tck-complete-task"))
         done = [r async for r in owner.send_message(request)]
         outcomes = {}
-        for name, token in (("caller token", CALLER_TOKEN), ("tenant agent", agent.token)):
+        others = (
+            ("caller token", CALLER_TOKEN),
+            ("tenant agent", agent.token),
+            ("another tenant's agent", stranger.token),
+        )
+        for name, token in others:
             other = await connect(peer_broker, bob, token=token)
             try:
                 [r async for r in other.subscribe(SubscribeToTaskRequest(id=sent.task.id))]
@@ -219,7 +224,11 @@ def test_other_callers_cannot_subscribe(peer_broker, bob, agent):
             await c.close()
         return outcomes
 
-    assert asyncio.run(scenario()) == {"caller token": "not found", "tenant agent": "not found"}
+    assert asyncio.run(scenario()) == {
+        "caller token": "not found",
+        "tenant agent": "not found",
+        "another tenant's agent": "not found",
+    }
 
 
 def notified(receiver, state: str, timeout: float = 15.0):
