@@ -121,12 +121,21 @@ def caller_updates(row: TaskEvent, task: Task, *, awaiting: str) -> list[dict[st
 def push_payload(task: Task, event: TaskEvent, dialect: Dialect) -> dict[str, Any]:
     """A push notification for a config set on an agent's endpoint: the StreamResponse of
     the event in the caller's view (1.0), or the task itself (0.3, as 0.3 receivers expect).
-    A comment keeps whom the task waits for, which only the task's current state tells."""
+    A comment keeps whom the task waits for: the event that last changed the state says
+    (one query, for comments only)."""
     if dialect is Dialect.V0_3:
         return render_task(task, dialect)
     if event.kind == TaskEvent.Kind.CREATED:
         body = render_task(task, dialect)
         body.setdefault("metadata", {})["eventId"] = event.id
         return {"task": body}
-    before = task.awaiting if task.state == TaskState.INPUT_REQUIRED else Awaiting.SENDER
+    before = Awaiting.NOBODY
+    if event.kind == TaskEvent.Kind.COMMENT:
+        changed = (
+            TaskEvent.objects.filter(task_id=task.pk, id__lt=event.id)
+            .exclude(kind=TaskEvent.Kind.COMMENT)
+            .order_by("-id")
+            .first()
+        )
+        before = awaiting_after(changed, before) if changed else Awaiting.RECIPIENT
     return caller_updates(event, task, awaiting=awaiting_after(event, before))[-1]

@@ -12,7 +12,8 @@ import pytest
 from django.test import Client
 
 from agents import services as agent_services
-from messaging.models import Task, TaskEvent
+from messaging.models import PushConfig, Task, TaskEvent
+from messaging.push import payloads
 from tests import factories
 from tests.messaging.rpc import act, act_error, result
 from tests.messaging.rpc import send as rpc_send
@@ -524,3 +525,26 @@ def test_push_config_of_a_tenant_agent_caller_and_in_send(bob, agent, tenant):
         bob, "ListTaskPushNotificationConfigs", {"taskId": sent["id"]}, credential=agent.token
     )
     assert listed["configs"] == [{**hook, "taskId": sent["id"]}]
+
+
+def test_push_notifications_show_the_task_in_the_callers_view(bob):
+    hook = {"url": "https://example.com/hook"}
+    configuration = {"returnImmediately": True, "taskPushNotificationConfig": hook}
+    message = say("hi", contextId="conversation-7")
+    task = ok(bob, "SendMessage", {"message": message, "configuration": configuration})["task"]
+    assert PushConfig.objects.get(task_id=task["id"]).dialect == "peer"
+    act(bob, task["id"], "comment", "looking soon")
+    act(bob, task["id"], "accept", "on it")
+    act(bob, task["id"], "block", "which branch?")
+    stored = Task.objects.get(pk=task["id"])
+    bodies = [
+        payloads.stream_response(stored, event, "peer")["statusUpdate"]
+        for event in TaskEvent.objects.filter(task=stored).exclude(kind="created").order_by("id")
+    ]
+    assert [b["status"]["state"] for b in bodies] == [
+        "TASK_STATE_SUBMITTED",  # the agent's comment on the unread task
+        "TASK_STATE_WORKING",
+        "TASK_STATE_INPUT_REQUIRED",
+    ]
+    assert {b["contextId"] for b in bodies} == {"conversation-7"}
+    assert bodies[-1]["status"]["message"]["parts"] == [{"text": "which branch?"}]
