@@ -24,13 +24,14 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError
 
 from agents.auth import AgentIdentity, client_address
 from agents.models import Agent
 from hikyaku.errors import (
     AgentNotFound,
     HikyakuError,
+    InvalidRequest,
     RateLimited,
     ServiceUnavailable,
     TaskNotFound,
@@ -160,6 +161,14 @@ async def agent_stream(
         return
     except HikyakuError as exc:
         await sse.send_json(send, 200, errors.response(request_id, errors.from_domain(exc)))
+        return
+    except DataError as exc:
+        # A value the database refuses is the request's fault (as in messaging/a2a/views.py).
+        log.warning("database refused a value during %s: %s", method, exc)
+        error = InvalidRequest(
+            "A value in the request cannot be stored (too long or out of range)."
+        )
+        await sse.send_json(send, 200, errors.response(request_id, errors.from_domain(error)))
         return
     except DatabaseError as exc:
         log.warning("%s: database unavailable (%s)", method, exc.__class__.__name__)
