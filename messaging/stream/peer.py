@@ -13,7 +13,8 @@ The same SSE stream as the broker endpoint's (messaging/stream/a2a.py: the task 
 The caller is named as on the rest of the endpoint (messaging/a2a/peer.py) and sees only its
 own tasks with this agent; anything else is TaskNotFound (-32001). A stream of a tenant agent
 re-checks that agent's credentials (the hub, in batches); every stream re-checks that the
-callee is still active, and still public for callers from outside its tenant.
+callee is still active, and still public for callers from outside its tenant (the hub, for
+all such streams in one query).
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import re
 from functools import partial
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError, DataError
 
 from agents.auth import AgentIdentity, client_address
 from agents.models import Agent
+from agents.selectors import peer_reachability
 from hikyaku.errors import (
     AgentNotFound,
     HikyakuError,
@@ -77,11 +78,10 @@ class PeerTaskFeed(TaskFeed):
             cursor=cursor,
             history_length=history_length,
         )
-        self.callee_id = callee.pk
-        # Callers from outside the callee's tenant reach it only while it is public.
-        self.needs_public = sender.agent is None and sender.caller_id != "tenant-key"
+        # Callers from outside the callee's tenant reach it only while it is public; the hub
+        # checks that for all such streams at once.
+        self.callee = (callee.pk, sender.agent is None and sender.caller_id != "tenant-key")
         self.awaiting = task.awaiting  # whom the task waits for, as of the cursor
-        self.check_seconds = settings.HIKYAKU_STREAM_CHECK_SECONDS
 
     def render(self, task: Task) -> dict[str, Any]:
         return peer_view.render_task(task, self.dialect, history_length=self.history_length)
@@ -92,12 +92,10 @@ class PeerTaskFeed(TaskFeed):
         return results, peer_view.interrupts(row)
 
     def check(self) -> str | None:
-        public = (
-            Agent.objects.filter(pk=self.callee_id, status=Agent.Status.ACTIVE)
-            .values_list("public", flat=True)
-            .first()
-        )
-        if public is None or (self.needs_public and not public):
+        """The hub's callee check, for the WSGI fallback (which has no hub)."""
+        agent_id, needs_public = self.callee
+        public = peer_reachability({agent_id}).get(agent_id)
+        if public is None or (needs_public and not public):
             return "callee"
         return None
 
