@@ -57,8 +57,7 @@ from hikyaku.errors import (
 from .. import selectors, services, waiting
 from ..models import Task, TaskState
 from ..services import Sender
-from ..stream.a2a import SEND, STREAMING_METHODS, snapshot
-from ..stream.peer import PeerTaskFeed
+from ..stream.a2a import STREAMING_METHODS
 from ..stream.serve import polled_response
 from . import errors, push
 from .methods import Call, _int_param, list_filters, page_result
@@ -280,29 +279,6 @@ def subscribed_task(call: PeerCall) -> Task:
     return task
 
 
-def begin_stream(call: PeerCall, request_id: Any, method: str) -> PeerTaskFeed:
-    """Everything before the first frame of SendStreamingMessage (the send, never waiting)
-    or SubscribeToTask (the checks). Raises HikyakuError for what must be answered as a plain
-    JSON-RPC error."""
-    history_length = None
-    if STREAMING_METHODS[method] == SEND:
-        sent = deliver(call)
-        task, history_length = sent.task, sent.history_length
-    else:
-        task = subscribed_task(call)
-    task, cursor = snapshot(task)
-    return PeerTaskFeed(
-        callee=call.agent,
-        sender=call.sender,
-        identity=call.identity,
-        dialect=call.dialect,
-        request_id=request_id,
-        task=task,
-        cursor=cursor,
-        history_length=history_length,
-    )
-
-
 # Push notification configs: the broker's methods (messaging/a2a/push.py), limited to the
 # caller's own tasks with this agent. Their notifications show the task in the caller's view.
 PUSH_PAYLOADS = {Dialect.V1_0: "peer", Dialect.V0_3: "peer-0.3"}
@@ -428,6 +404,8 @@ def agent_jsonrpc(request: HttpRequest, agent_id: str) -> HttpResponse:
         if method in STREAMING_METHODS:
             # Normally answered by the stream handler in front of Django (hikyaku.asgi); a
             # WSGI web process has none, so it serves the stream by polling.
+            from ..stream.peer import begin_stream
+
             return polled_response(lambda: begin_stream(call, request_id, method))
         handler = PEER_METHODS.get(method)
         if handler is None:

@@ -40,11 +40,21 @@ from hikyaku.errors import (
 )
 
 from ..a2a import errors, peer_view
+from ..a2a.peer import (
+    ContentTypeNotSupported,
+    PeerCall,
+    agent_not_found,
+    deliver,
+    is_json,
+    open_call,
+    subscribed_task,
+)
+from ..a2a.views import EnvelopeError, parse_request
 from ..a2a.wire import Dialect
 from ..models import Task, TaskEvent
 from ..services import Sender
 from . import sse
-from .a2a import TaskFeed
+from .a2a import SEND, STREAMING_METHODS, TaskFeed, snapshot
 from .db import run_db
 from .serve import serve
 
@@ -105,6 +115,29 @@ class PeerTaskFeed(TaskFeed):
         return super().closing_frames(reason)
 
 
+def begin_stream(call: PeerCall, request_id: Any, method: str) -> PeerTaskFeed:
+    """Everything before the first frame of SendStreamingMessage (the send, never waiting)
+    or SubscribeToTask (the checks). Raises HikyakuError for what must be answered as a plain
+    JSON-RPC error."""
+    history_length = None
+    if STREAMING_METHODS[method] == SEND:
+        sent = deliver(call)
+        task, history_length = sent.task, sent.history_length
+    else:
+        task = subscribed_task(call)
+    task, cursor = snapshot(task)
+    return PeerTaskFeed(
+        callee=call.agent,
+        sender=call.sender,
+        identity=call.identity,
+        dialect=call.dialect,
+        request_id=request_id,
+        task=task,
+        cursor=cursor,
+        history_length=history_length,
+    )
+
+
 def _address(scope: sse.Scope) -> str:
     client = scope.get("client")
     meta = {"REMOTE_ADDR": client[0] if client else ""}
@@ -119,15 +152,6 @@ async def agent_stream(
 ) -> None:
     """A streaming JSON-RPC request to an agent's endpoint, already read and decoded by the
     dispatcher (hikyaku.asgi)."""
-    from ..a2a.peer import (
-        ContentTypeNotSupported,
-        agent_not_found,
-        begin_stream,
-        is_json,
-        open_call,
-    )
-    from ..a2a.views import EnvelopeError, parse_request
-
     if not is_json(sse.header(scope, b"content-type") or ""):
         error = ContentTypeNotSupported("Send JSON-RPC requests as application/json.")
         await sse.send_json(send, 200, errors.response(None, errors.from_domain(error)))
