@@ -256,6 +256,7 @@ class PeerCaller:
     agent: Agent | None
     caller_id: str = ""
     anonymous: bool = False
+    identity: AgentIdentity | None = None  # how `agent` authenticated
 
 
 def client_address(meta: Mapping[str, str]) -> str:
@@ -324,7 +325,7 @@ def authenticate_peer_caller(
     if AGENT_TOKEN_RE.match(raw) or (agent_id and agent_id.strip()):
         identity = authenticate_agent(authorization=authorization, agent_id=agent_id)
         if identity.tenant.id == callee.tenant_id:
-            return PeerCaller(agent=identity.agent)
+            return PeerCaller(agent=identity.agent, identity=identity)
         principal = f"agent:{identity.agent.id}"
     else:
         api_key = authenticate_key(authorization)

@@ -23,10 +23,9 @@ from .models import Agent
 VERSION = "1.0.0"
 # Flipped on by the issues that implement them, so the card never promises more than we serve.
 CAPABILITIES = {"streaming": True, "push_notifications": True}
-# An agent's own endpoint (/a2a/agents/<id>/) does not stream yet, and push delivery to
-# external callers is not verified by the conformance run, so its card promises neither:
-# a card must never promise more than its endpoint serves.
-PEER_CAPABILITIES = {"streaming": False, "push_notifications": False}
+# An agent's own endpoint (/a2a/agents/<id>/) streams (messaging/stream/peer.py) and serves
+# push configs to its callers (messaging/a2a/peer.py); both are verified by `make tck`.
+PEER_CAPABILITIES = {"streaming": True, "push_notifications": True}
 
 
 def base_url(request: HttpRequest | None) -> str:

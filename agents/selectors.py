@@ -103,6 +103,16 @@ def peer_agent(*, agent_id: str | uuid.UUID) -> Agent | None:
     return Agent.objects.select_related("tenant").filter(pk=pk, status=Agent.Status.ACTIVE).first()
 
 
+def peer_reachability(agent_ids: set[uuid.UUID]) -> dict[uuid.UUID, bool]:
+    """Which of these agents are still active (their endpoints serve), and whether each is
+    public: one query for the open streams of a whole process (messaging/stream/hub.py)."""
+    return dict(
+        Agent.objects.filter(pk__in=agent_ids, status=Agent.Status.ACTIVE).values_list(
+            "pk", "public"
+        )
+    )
+
+
 def list_public_agents(
     *, limit: int = 100, cursor: str | None = None
 ) -> tuple[list[Agent], str | None]:

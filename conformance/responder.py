@@ -2,10 +2,10 @@
 
 The TCK talks to a public agent's own A2A endpoint (`/a2a/agents/<id>/`) and selects the
 behaviour it expects by the prefix of each message's `messageId` (its scenarios/*.feature).
-This process is that agent. It holds only the agent's token, watches its inbox over the
-broker's public surfaces (`ListTasks` on `/a2a/`), and answers with the lifecycle verbs of
-DESIGN.md §4.4 (`accept`, `complete`, `block`, `reject`), exactly as a coding agent would.
-The broker has no TCK logic.
+This process is that agent. It holds only the agent's token and uses our client package the
+way a coding agent's tooling does: it follows its inbox stream (`GET /api/v1/subscribe`, with
+a `ListTasks` backfill each time the stream connects) and answers with the lifecycle verbs of
+DESIGN.md §4.4 (`accept`, `complete`, `block`, `reject`). The broker has no TCK logic.
 
     python -m conformance.responder --url http://127.0.0.1:8000 --token hka_... --agent-id ...
 
@@ -19,11 +19,13 @@ import asyncio
 import base64
 import logging
 import sys
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+from hikyaku_client.config import Credentials
+from hikyaku_client.errors import HikyakuError
+from hikyaku_client.http import HikyakuClient
+from hikyaku_client.sse import InboxStream
 
 log = logging.getLogger("conformance.responder")
 
@@ -103,30 +105,18 @@ def needs_answer(task: dict[str, Any]) -> bool:
 
 
 class Responder:
-    def __init__(self, *, url: str, token: str, agent_id: str, poll_interval: float) -> None:
+    def __init__(self, *, url: str, token: str, agent_id: str) -> None:
         self.agent_id = agent_id
-        self.poll_interval = poll_interval
-        self.http = httpx.AsyncClient(
-            base_url=url.rstrip("/"),
-            headers={"Authorization": f"Bearer {token}", "A2A-Version": "1.0"},
-            timeout=30,
+        self.client = HikyakuClient(
+            Credentials(url=url.rstrip("/"), agent_token=token, agent_id=agent_id)
         )
         self.busy: set[str] = set()
         self.handled: set[tuple[str, str]] = set()  # (task id, triggering messageId)
 
-    async def rpc(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        body = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": params}
-        response = await self.http.post("/a2a/", json=body)
-        response.raise_for_status()
-        payload = response.json()
-        if "error" in payload:
-            raise RuntimeError(f"{method}: {payload['error'].get('message')}")
-        return payload["result"]
-
     async def live_tasks(self) -> list[dict[str, Any]]:
         tasks, token = [], ""
         while True:
-            page = await self.rpc(
+            page = await self.client.rpc(
                 "ListTasks",
                 {
                     "contextId": self.agent_id,
@@ -163,17 +153,13 @@ class Responder:
             for step in steps:
                 if step.pause:
                     await asyncio.sleep(step.pause)
-                await self.rpc(
-                    "SendMessage",
+                await self.client.send_message(
                     {
-                        "message": {
-                            "messageId": uuid.uuid4().hex,
-                            "role": "ROLE_AGENT",
-                            "taskId": task_id,
-                            "parts": step.parts or _text(step.action),
-                            "metadata": {"action": step.action, **step.metadata},
-                        }
-                    },
+                        "role": "ROLE_AGENT",
+                        "taskId": task_id,
+                        "parts": step.parts or _text(step.action),
+                        "metadata": {"action": step.action, **step.metadata},
+                    }
                 )
             log.info("answered %s (%s): %s", task_id, message_id, [s.action for s in steps])
         except Exception as exc:  # the caller may cancel meanwhile; keep serving others
@@ -181,16 +167,20 @@ class Responder:
         finally:
             self.busy.discard(task_id)
 
-    async def poll(self) -> None:
-        log.info("polling the inbox of %s every %.2f s", self.agent_id, self.poll_interval)
-        while True:
-            try:
-                for task in await self.live_tasks():
-                    self.consider(task)
-            except (httpx.HTTPError, RuntimeError) as exc:
-                log.warning("poll failed: %s", exc)
-                await asyncio.sleep(1)
-            await asyncio.sleep(self.poll_interval)
+    async def run(self) -> None:
+        """Follow the inbox stream for ever (it reconnects by itself, resuming where it left
+        off); each time it connects, pick up whatever waits from before."""
+        stream = InboxStream(self.client, initial_delay=0.2, max_delay=2.0)
+        log.info("following the inbox of %s", self.agent_id)
+        async for event in stream.events():
+            if event.event == "ready":
+                try:
+                    for task in await self.live_tasks():
+                        self.consider(task)
+                except HikyakuError as exc:
+                    log.warning("backfill failed: %s", exc)
+            elif event.event in ("message", "task-update") and event.task:
+                self.consider(event.task)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -198,14 +188,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--url", required=True, help="the broker's base URL")
     parser.add_argument("--token", required=True, help="the agent's token (hka_...)")
     parser.add_argument("--agent-id", required=True)
-    parser.add_argument("--poll-interval", type=float, default=0.1)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="responder: %(message)s")
-    responder = Responder(
-        url=args.url, token=args.token, agent_id=args.agent_id, poll_interval=args.poll_interval
-    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    responder = Responder(url=args.url, token=args.token, agent_id=args.agent_id)
     try:
-        asyncio.run(responder.poll())
+        asyncio.run(responder.run())
     except KeyboardInterrupt:
         pass
 

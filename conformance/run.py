@@ -106,13 +106,15 @@ def free_port() -> int:
 
 def broker_env(build: Path) -> dict[str, str]:
     """A scratch broker: its own SQLite file, in-process doorbells, no rate limits (the TCK
-    is one anonymous client sending a few hundred requests)."""
+    is one anonymous client sending a few hundred requests), and push notifications allowed
+    to the TCK's webhook receiver on 127.0.0.1."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "CELERY_BROKER_URL")}
     env.update(
         DATABASE_URL=f"sqlite:///{build / 'tck.sqlite3'}",
         HIKYAKU_LOG_FORMAT="text",
         HIKYAKU_RATE_LIMIT_PER_MINUTE="0",
         HIKYAKU_ANONYMOUS_RATE_LIMIT_PER_MINUTE="0",
+        HIKYAKU_WEBHOOK_ALLOWED_HOSTS="127.0.0.1",
     )
     env.pop("HIKYAKU_BASE_URL", None)
     return env

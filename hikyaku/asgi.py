@@ -10,6 +10,9 @@ streaming response: FACTS.md); everything else goes to Django's ASGI handler:
 - `POST /` and `POST /a2a/` whose JSON-RPC method is SendStreamingMessage, SubscribeToTask,
   message/stream or tasks/resubscribe           → A2A streaming (the body is read here; any
   other request gets it replayed to Django unchanged)
+- `POST /a2a/agents/<id>/` with one of those methods
+                                                → A2A streaming on an agent's own endpoint
+                                                  (messaging/stream/peer.py), likewise
 - `/mcp`                                        → MCP over Streamable HTTP (messaging/mcp_http.py)
 
 The lifespan protocol starts and stops the per-process stream hub and the MCP session
@@ -30,7 +33,7 @@ django_application = get_asgi_application()
 hold_server_lock(settings.DATABASES["default"])
 
 from messaging import mcp_http  # noqa: E402  (needs the app registry set up above)
-from messaging.stream import a2a, inbox, web  # noqa: E402
+from messaging.stream import a2a, inbox, peer, web  # noqa: E402
 from messaging.stream.hub import hub  # noqa: E402
 
 RPC_PATHS = ("/", "/a2a/")
@@ -107,11 +110,15 @@ async def application(scope, receive, send):
         if path.startswith("/ui/t/") and web.PATH.match(path) and method == "GET":
             await web.tenant_stream(scope, receive, send)
             return
-        if method == "POST" and path in RPC_PATHS:
+        peer_path = peer.PATH.match(path) if path.startswith("/a2a/agents/") else None
+        if method == "POST" and (path in RPC_PATHS or peer_path):
             body, messages = await _read_body(receive)
             payload = (
                 _streaming_call(body) if len(body) <= settings.HIKYAKU_MAX_BODY_BYTES else None
             )
+            if payload is not None and peer_path:
+                await peer.agent_stream(scope, receive, send, payload, peer_path["agent_id"])
+                return
             if payload is not None:
                 await a2a.jsonrpc_stream(scope, receive, send, payload)
                 return

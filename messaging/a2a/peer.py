@@ -13,9 +13,12 @@ This endpoint is the caller's side of that conversation:
   by HIKYAKU_BLOCKING_TIMEOUT_SECONDS, until the agent has answered (messaging/waiting.py).
   When the agent completed the task with `metadata.replyAs = "message"`, the result is that
   reply as an A2A `Message` instead of the task.
-- `GetTask`, `ListTasks`, `CancelTask` see only the caller's own tasks with this agent.
-- Tasks are shown the way A2A means them: an unread task is SUBMITTED (INPUT_REQUIRED means
-  the agent asked the caller something), and only the agent's result artifacts are listed.
+- `GetTask`, `ListTasks`, `CancelTask`, the push notification config methods and the
+  streams (`SendStreamingMessage`, `SubscribeToTask`: messaging/stream/peer.py, routed there
+  by hikyaku.asgi) see only the caller's own tasks with this agent.
+- Tasks are shown the way A2A means them (messaging/a2a/peer_view.py): an unread task is
+  SUBMITTED (INPUT_REQUIRED means the agent asked the caller something), and only the
+  agent's result artifacts are listed.
 
 Unlike the broker endpoint, messageId is not an idempotency key here (A2A does not make it
 one and its conformance kit reuses ids for different sends).
@@ -28,16 +31,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from a2a.compat.v0_3 import conversions
-from a2a.types import Message
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.views.decorators.csrf import csrf_exempt
-from google.protobuf.json_format import ParseDict
 
 from agents import cards
 from agents import selectors as agent_selectors
 from agents.auth import (
+    AgentIdentity,
     authenticate_peer_caller,
     authenticate_tenant,
     client_address,
@@ -56,13 +57,13 @@ from hikyaku.errors import (
 from .. import selectors, services, waiting
 from ..models import Task, TaskState
 from ..services import Sender
-from . import errors
-from .methods import _int_param, list_filters, page_result
-from .push import PUSH_METHODS
+from ..stream.a2a import STREAMING_METHODS
+from ..stream.serve import polled_response
+from . import errors, push
+from .methods import Call, _int_param, list_filters, page_result
+from .peer_view import SUBMITTED, context_id, message_reply, render_message, render_task
 from .views import _json, error_reply, not_post, parse_envelope, result_reply
-from .wire import Dialect, dialect_for, parse_message, task_v03, task_v1
-
-SUBMITTED = "TASK_STATE_SUBMITTED"
+from .wire import Dialect, dialect_for, parse_message
 
 
 class ContentTypeNotSupported(HikyakuError):
@@ -78,53 +79,9 @@ class PeerCall:
     sender: Sender  # the caller, as the services know it
     dialect: Dialect
     params: dict[str, Any]
-
-
-# Rendering: the caller's view of a task ---------------------------------------------------
-
-
-def context_id(task: Task) -> str:
-    """The A2A contextId the caller sees: the one its first message named, else the
-    broker's (the agent's id)."""
-    return (task.message or {}).get("contextId") or task.context_id
-
-
-def render_task(
-    task: Task, dialect: Dialect, *, history_length: int | None = None, **options: Any
-) -> dict[str, Any]:
-    body = task_v1(task, history_length=history_length, **options)
-    if task.state == TaskState.INPUT_REQUIRED and task.awaiting == Task.Awaiting.RECIPIENT:
-        body["status"]["state"] = SUBMITTED
-    # The broker's compat copy of the caller's own message is not a result of the agent.
-    artifacts = [
-        a for i, a in enumerate(body.pop("artifacts", [])) if i or a.get("name") != "message"
-    ]
-    if artifacts:
-        body["artifacts"] = artifacts
-    conversation = context_id(task)
-    body["contextId"] = conversation
-    for message in body.get("history", []):
-        message["contextId"] = conversation
-    return body if dialect is Dialect.V1_0 else task_v03(body)
-
-
-def message_reply(task: Task) -> dict[str, Any] | None:
-    """The agent's answer as an A2A Message, when it completed the task with
-    `metadata.replyAs = "message"` (a message-only reply)."""
-    if task.state != TaskState.COMPLETED or not task.history:
-        return None
-    last = task.history[-1]
-    if last.get("role") != "ROLE_AGENT" or (last.get("metadata") or {}).get("replyAs") != "message":
-        return None
-    return {**last, "taskId": str(task.id), "contextId": context_id(task)}
-
-
-def render_message(message: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
-    if dialect is Dialect.V1_0:
-        return message
-    return conversions.to_compat_message(ParseDict(message, Message())).model_dump(
-        mode="json", by_alias=True, exclude_none=True
-    )
+    # The caller's agent identity when it is one of the callee tenant's agents: open streams
+    # re-check it like the agent's own streams.
+    identity: AgentIdentity | None = None
 
 
 # Parameters -------------------------------------------------------------------------------
@@ -190,13 +147,27 @@ def _check_media_types(agent: Agent, message: dict[str, Any]) -> None:
 # Methods ----------------------------------------------------------------------------------
 
 
-def send_message(call: PeerCall) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Delivered:
+    """What a SendMessage did, before any waiting."""
+
+    task: Task
+    history_length: int | None
+    blocking: bool
+
+
+def deliver(call: PeerCall) -> Delivered:
+    """The send part of SendMessage and SendStreamingMessage: every parameter is checked
+    first (an error after the send committed would report a delivered message as failed),
+    then the task is created or followed up, and a push config sent along is attached."""
     message = parse_message(call.params.get("message"), call.dialect, ignore_unknown_fields=True)
     services.check_limits(message)
     _check_media_types(call.agent, message)
     config = _configuration(call.params)
     history_length = _int_param(config, "historyLength", low=0, high=10_000, default=None)
     blocking = _blocking(config, call.dialect)
+    push_call = _broker_call(call, {"configuration": config})
+    push_config = push.config_in_send(push_call)
     destination = (message.get("metadata") or {}).get("destination")
     if destination not in (None, "", str(call.agent.id)):
         raise InvalidRequest(
@@ -209,12 +180,18 @@ def send_message(call: PeerCall) -> dict[str, Any]:
         task = services.deliver_unicast(
             sender=call.sender, message=message, to=str(call.agent.id), idempotent=False
         )
-    if blocking:
-        task = waiting.await_answer(task)
+    if push_config is not None:
+        push.attach_to_sent_task(push_call, task, push_config, payload=PUSH_PAYLOADS[call.dialect])
+    return Delivered(task=task, history_length=history_length, blocking=blocking)
+
+
+def send_message(call: PeerCall) -> dict[str, Any]:
+    sent = deliver(call)
+    task = waiting.await_answer(sent.task) if sent.blocking else sent.task
     reply = message_reply(task)
     if reply is not None:
         return {"message": render_message(reply, call.dialect)}
-    return {"task": render_task(task, call.dialect, history_length=history_length)}
+    return {"task": render_task(task, call.dialect, history_length=sent.history_length)}
 
 
 def _follow_up(call: PeerCall, message: dict[str, Any]) -> Task:
@@ -292,25 +269,46 @@ def list_tasks(call: PeerCall) -> dict[str, Any]:
     )
 
 
-def streaming_not_here(call: PeerCall) -> dict[str, Any]:
-    raise UnsupportedOperation("Streaming is not available on this endpoint yet.")
+def subscribed_task(call: PeerCall) -> Task:
+    """SubscribeToTask's task: one of the caller's, not yet terminal."""
+    task = _own_task(call, _task_id(call.params))
+    if task.is_terminal:
+        raise UnsupportedOperation(
+            f"Task {task.pk} is {task.state}: a terminal task has no updates to stream."
+        )
+    return task
 
 
-class PushNotSupported(UnsupportedOperation):
-    """Push notifications are not supported on an agent's own endpoint (its card says so)."""
+# Push notification configs: the broker's methods (messaging/a2a/push.py), limited to the
+# caller's own tasks with this agent. Their notifications show the task in the caller's view.
+PUSH_PAYLOADS = {Dialect.V1_0: "peer", Dialect.V0_3: "peer-0.3"}
 
-    rpc_code, rpc_reason = -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED"
+
+def _broker_call(call: PeerCall, params: dict[str, Any] | None = None) -> Call:
+    return Call(sender=call.sender, dialect=call.dialect, params=call.params | (params or {}))
 
 
-def push_not_supported(call: PeerCall) -> dict[str, Any]:
-    raise PushNotSupported()
+def _push_method(method: Callable[..., Any]) -> Callable[[PeerCall], Any]:
+    def serve(call: PeerCall) -> Any:
+        # Both dialects' shapes: `taskId` (1.0, and 0.3's set), else `id` (0.3's others);
+        # a missing one is the method's own InvalidRequest.
+        params = call.params
+        by_id = "taskId" not in params and method is not push.create_config
+        task_id = params.get("id") if by_id else params.get("taskId")
+        if isinstance(task_id, str) and task_id:
+            _own_task(call, task_id)
+        if method is push.create_config:
+            return push.create_config(_broker_call(call), payload=PUSH_PAYLOADS[call.dialect])
+        return method(_broker_call(call))
+
+    return serve
 
 
 def no_extended_card(call: PeerCall) -> dict[str, Any]:
     raise UnsupportedOperation("This agent has no extended agent card.")
 
 
-PEER_METHODS: dict[str, Callable[[PeerCall], dict[str, Any]]] = {
+PEER_METHODS: dict[str, Callable[[PeerCall], Any]] = {
     "SendMessage": send_message,
     "message/send": send_message,
     "GetTask": get_task,
@@ -319,35 +317,60 @@ PEER_METHODS: dict[str, Callable[[PeerCall], dict[str, Any]]] = {
     "tasks/list": list_tasks,
     "CancelTask": cancel_task,
     "tasks/cancel": cancel_task,
-    "SendStreamingMessage": streaming_not_here,
-    "message/stream": streaming_not_here,
-    "SubscribeToTask": streaming_not_here,
-    "tasks/resubscribe": streaming_not_here,
-    **dict.fromkeys(PUSH_METHODS, push_not_supported),
+    **{name: _push_method(method) for name, method in push.PUSH_METHODS.items()},
     "GetExtendedAgentCard": no_extended_card,
     "agent/getAuthenticatedExtendedCard": no_extended_card,
 }
+# SendStreamingMessage and SubscribeToTask: messaging/stream/peer.py.
 
 
 # The view ---------------------------------------------------------------------------------
 
 
-def _is_json(content_type: str) -> bool:
+def is_json(content_type: str) -> bool:
     essence = content_type.split(";", 1)[0].strip().lower()
     return essence in ("", "application/json") or essence.endswith("+json")
 
 
-def _callee(request: HttpRequest, agent_id: str) -> Agent:
+def _callee(*, agent_id: str, authorization: str | None, x_agent_id: str | None) -> Agent:
     """The agent whose endpoint this is. An unknown one is 401 without credentials (so that
     it looks like a private agent) and 404 with valid ones."""
     agent = agent_selectors.peer_agent(agent_id=agent_id)
     if agent is None:
-        authorization = request.headers.get("Authorization")
         if not has_credential(authorization):
             raise Unauthenticated("Send 'Authorization: Bearer <api key or agent token>'.")
-        authenticate_tenant(authorization=authorization, agent_id=request.headers.get("X-Agent-Id"))
+        authenticate_tenant(authorization=authorization, agent_id=x_agent_id)
         raise AgentNotFound(f"Agent not found: {agent_id}")
     return agent
+
+
+def open_call(
+    *,
+    agent_id: str,
+    version: str | None,
+    authorization: str | None,
+    x_agent_id: str | None,
+    address: str,
+    params: dict[str, Any],
+) -> PeerCall:
+    """Who calls which agent, in which dialect (shared by this view and the stream
+    handler). Raises AgentNotFound (answered 404), Unauthenticated, RateLimited, ..."""
+    dialect = dialect_for(version)
+    agent = _callee(agent_id=agent_id, authorization=authorization, x_agent_id=x_agent_id)
+    caller = authenticate_peer_caller(
+        callee=agent, authorization=authorization, agent_id=x_agent_id, address=address
+    )
+    return PeerCall(
+        agent=agent,
+        sender=Sender(tenant=agent.tenant, agent=caller.agent, caller_id=caller.caller_id),
+        dialect=dialect,
+        params=_camel(params),
+        identity=caller.identity,
+    )
+
+
+def agent_not_found(request_id: Any, exc: AgentNotFound) -> dict[str, Any]:
+    return errors.response(request_id, errors.error_object(errors.INVALID_REQUEST, exc.message))
 
 
 @csrf_exempt
@@ -356,7 +379,7 @@ def agent_jsonrpc(request: HttpRequest, agent_id: str) -> HttpResponse:
         return HttpResponseRedirect(f"/a2a/agents/{agent_id}/.well-known/agent-card.json")
     if request.method != "POST":
         return not_post(request)
-    if not _is_json(request.content_type or ""):
+    if not is_json(request.content_type or ""):
         error = ContentTypeNotSupported("Send JSON-RPC requests as application/json.")
         return _json(errors.response(None, errors.from_domain(error)))
     envelope = parse_envelope(request)
@@ -364,20 +387,26 @@ def agent_jsonrpc(request: HttpRequest, agent_id: str) -> HttpResponse:
         return envelope
     request_id, method = envelope.request_id, envelope.method
     try:
-        dialect = dialect_for(request.headers.get("A2A-Version"))
-        agent = _callee(request, agent_id)
-        caller = authenticate_peer_caller(
-            callee=agent,
+        call = open_call(
+            agent_id=agent_id,
+            version=request.headers.get("A2A-Version"),
             authorization=request.headers.get("Authorization"),
-            agent_id=request.headers.get("X-Agent-Id"),
+            x_agent_id=request.headers.get("X-Agent-Id"),
             address=client_address(request.META),
+            params=envelope.params,
         )
         request.hikyaku_log = {
-            "tenant_id": str(agent.tenant_id),
-            "agent_id": str(agent.id),
-            "caller": str(caller.agent.id) if caller.agent else caller.caller_id,
+            "tenant_id": str(call.agent.tenant_id),
+            "agent_id": str(call.agent.id),
+            "caller": str(call.sender.agent.id) if call.sender.agent else call.sender.caller_id,
             "rpc_method": method,
         }
+        if method in STREAMING_METHODS:
+            # Normally answered by the stream handler in front of Django (hikyaku.asgi); a
+            # WSGI web process has none, so it serves the stream by polling.
+            from ..stream.peer import begin_stream
+
+            return polled_response(lambda: begin_stream(call, request_id, method))
         handler = PEER_METHODS.get(method)
         if handler is None:
             return _json(
@@ -386,13 +415,9 @@ def agent_jsonrpc(request: HttpRequest, agent_id: str) -> HttpResponse:
                     errors.error_object(errors.METHOD_NOT_FOUND, f"Method not found: {method}"),
                 )
             )
-        sender = Sender(tenant=agent.tenant, agent=caller.agent, caller_id=caller.caller_id)
-        result = handler(
-            PeerCall(agent=agent, sender=sender, dialect=dialect, params=_camel(envelope.params))
-        )
+        result = handler(call)
     except AgentNotFound as exc:
-        error = errors.error_object(errors.INVALID_REQUEST, exc.message)
-        return _json(errors.response(request_id, error), status=404)
+        return _json(agent_not_found(request_id, exc), status=404)
     except (HikyakuError, DatabaseError) as exc:
         return error_reply(request_id, exc, method)
     return result_reply(request_id, result)

@@ -85,7 +85,9 @@ def _ids(params: dict[str, Any]) -> tuple[str, str]:
     return task_id, config_id
 
 
-def create_config(call: Call) -> dict[str, Any]:
+def create_config(call: Call, *, payload: str | None = None) -> dict[str, Any]:
+    """`payload`: the shape of the notifications (PushConfig.dialect), by default the
+    request's dialect."""
     proto = _parse_config(call.params)
     if not proto.task_id:
         raise InvalidRequest("taskId is required.", details={"field": "taskId"})
@@ -99,7 +101,7 @@ def create_config(call: Call) -> dict[str, Any]:
             auth_scheme=proto.authentication.scheme,
             auth_credentials=proto.authentication.credentials,
         ),
-        dialect=call.dialect.value,
+        dialect=payload or call.dialect.value,
     )
     return _render(config, call.dialect)
 
@@ -172,7 +174,9 @@ def config_in_send(call: Call) -> ConfigInput | None:
     )
 
 
-def attach_to_sent_task(call: Call, task: Task, config: ConfigInput) -> None:
+def attach_to_sent_task(
+    call: Call, task: Task, config: ConfigInput, *, payload: str | None = None
+) -> None:
     """Attach the SendMessage push config to the task the send produced or acted on (not to a
     broadcast summary: its deliveries belong to their recipients). The send has committed, so
     a config that cannot be stored is logged, never turned into an error."""
@@ -182,7 +186,7 @@ def attach_to_sent_task(call: Call, task: Task, config: ConfigInput) -> None:
         configs.set_push_config(
             sender=call.sender,
             config=dataclasses.replace(config, task_id=str(task.id)),
-            dialect=call.dialect.value,
+            dialect=payload or call.dialect.value,
         )
     except HikyakuError as exc:
         log.warning("push config of SendMessage on task %s not stored: %s", task.id, exc)

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from hikyaku.errors import HikyakuError, InvalidRequest
 
-from ..models import Task, TaskState
+from ..models import Task, TaskEvent, TaskState
 
 MAX_MESSAGE_ID_LENGTH = Task._meta.get_field("message_id").max_length
 
@@ -170,3 +170,44 @@ def task_v03(task_body_v1: dict[str, Any]) -> dict[str, Any]:
 def render_task(task: Task, dialect: Dialect, **options: Any) -> dict[str, Any]:
     body = task_v1(task, **options)
     return body if dialect is Dialect.V1_0 else task_v03(body)
+
+
+def event_message(row: TaskEvent, task: Task) -> dict[str, Any] | None:
+    """The message an event carried (a follow-up in the task's history), if any."""
+    message_id = (row.payload or {}).get("messageId")
+    if message_id:
+        for message in reversed(task.history):
+            if message.get("messageId") == message_id:
+                return {**message, "taskId": str(task.pk), "contextId": task.context_id}
+    parts = (row.payload or {}).get("parts")
+    if not parts:
+        return None
+    by_recipient = row.actor_id is not None and row.actor_id == task.recipient_id
+    return {
+        "messageId": f"event-{row.id}",
+        "role": "ROLE_AGENT" if by_recipient else "ROLE_USER",
+        "parts": parts,
+        "taskId": str(task.pk),
+        "contextId": task.context_id,
+    }
+
+
+def update_results(row: TaskEvent, task: Task) -> list[dict[str, Any]]:
+    """The A2A 1.0 StreamResponses (as ProtoJSON dicts) for one event of a task."""
+    results: list[dict[str, Any]] = []
+    ids = {"taskId": str(task.pk), "contextId": task.context_id}
+    parts = (row.payload or {}).get("parts")
+    if row.kind == TaskEvent.Kind.COMPLETE and parts:
+        artifact = next(
+            (a for a in reversed(task.artifacts) if a.get("name") == "result"),
+            {"artifactId": f"result-{row.id}", "name": "result", "parts": parts},
+        )
+        results.append({"artifactUpdate": {**ids, "artifact": artifact, "lastChunk": True}})
+    state = row.to_state or task.state
+    status: dict[str, Any] = {"state": STATE_V1[state], "timestamp": _timestamp(row.created_at)}
+    message = event_message(row, task)
+    if message is not None:
+        status["message"] = message
+    metadata = {"eventId": row.id, "kind": row.kind}
+    results.append({"statusUpdate": {**ids, "status": status, "metadata": metadata}})
+    return results

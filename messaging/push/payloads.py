@@ -5,7 +5,8 @@ Body (A2A 1.0 ProtoJSON, what an A2A client's push receiver parses as a StreamRe
 - any later event (state change, follow-up) → `{"statusUpdate": {"taskId", "contextId",
   "status": {"state", "timestamp", "message"?}, "metadata": {"eventId", "kind", ...}}}`.
 Push configs created through the 0.3 dialect get what 0.3 push receivers expect instead: the
-Task object itself, in the 0.3 shape.
+Task object itself, in the 0.3 shape. Configs set on an agent's own endpoint (payload dialect
+`peer` / `peer-0.3`) get the same shapes in the caller's view (messaging/a2a/peer_view.py).
 
 Headers: `X-Hikyaku-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`,
 plus `X-Hikyaku-Event-Id` / `X-Hikyaku-Delivery-Id` (deliveries are at-least-once: deduplicate
@@ -20,13 +21,18 @@ import json
 import time
 from typing import Any
 
+from ..a2a import peer_view
 from ..a2a.wire import STATE_V1, Dialect, render_task
 from ..models import Task, TaskEvent
 
 SIGNATURE_HEADER = "X-Hikyaku-Signature"
+# The payload dialects of push configs set on an agent's own endpoint (PushConfig.dialect).
+PEER_DIALECTS = {"peer": Dialect.V1_0, "peer-0.3": Dialect.V0_3}
 
 
 def stream_response(task: Task, event: TaskEvent, dialect: str = "1.0") -> dict[str, Any]:
+    if dialect in PEER_DIALECTS:
+        return peer_view.push_payload(task, event, PEER_DIALECTS[dialect])
     if dialect == Dialect.V0_3.value:
         return render_task(task, Dialect.V0_3)
     if event.kind == TaskEvent.Kind.CREATED:

@@ -44,7 +44,7 @@ from hikyaku.errors import (
 from .. import policy, selectors, services
 from ..a2a import errors
 from ..a2a.methods import _int_param
-from ..a2a.wire import STATE_V1, Dialect, dialect_for, parse_message, render_task
+from ..a2a.wire import Dialect, dialect_for, parse_message, render_task, update_results
 from ..models import TERMINAL_STATES, Task, TaskEvent
 from ..services import Sender
 from . import sse
@@ -61,51 +61,6 @@ STREAMING_METHODS = {
     "SubscribeToTask": SUBSCRIBE,
     "tasks/resubscribe": SUBSCRIBE,
 }
-
-
-def _timestamp(value) -> str:
-    return value.isoformat().replace("+00:00", "Z")
-
-
-def _follow_up(row: TaskEvent, task: Task) -> dict[str, Any] | None:
-    """The message an event carried (a follow-up in the task's history), if any."""
-    message_id = (row.payload or {}).get("messageId")
-    if message_id:
-        for message in reversed(task.history):
-            if message.get("messageId") == message_id:
-                return {**message, "taskId": str(task.pk), "contextId": task.context_id}
-    parts = (row.payload or {}).get("parts")
-    if not parts:
-        return None
-    by_recipient = row.actor_id is not None and row.actor_id == task.recipient_id
-    return {
-        "messageId": f"event-{row.id}",
-        "role": "ROLE_AGENT" if by_recipient else "ROLE_USER",
-        "parts": parts,
-        "taskId": str(task.pk),
-        "contextId": task.context_id,
-    }
-
-
-def update_results(row: TaskEvent, task: Task) -> list[dict[str, Any]]:
-    """The A2A 1.0 StreamResponses (as ProtoJSON dicts) for one event of a task."""
-    results: list[dict[str, Any]] = []
-    ids = {"taskId": str(task.pk), "contextId": task.context_id}
-    parts = (row.payload or {}).get("parts")
-    if row.kind == TaskEvent.Kind.COMPLETE and parts:
-        artifact = next(
-            (a for a in reversed(task.artifacts) if a.get("name") == "result"),
-            {"artifactId": f"result-{row.id}", "name": "result", "parts": parts},
-        )
-        results.append({"artifactUpdate": {**ids, "artifact": artifact, "lastChunk": True}})
-    state = row.to_state or task.state
-    status: dict[str, Any] = {"state": STATE_V1[state], "timestamp": _timestamp(row.created_at)}
-    message = _follow_up(row, task)
-    if message is not None:
-        status["message"] = message
-    metadata = {"eventId": row.id, "kind": row.kind}
-    results.append({"statusUpdate": {**ids, "status": status, "metadata": metadata}})
-    return results
 
 
 class TaskFeed(Feed):
@@ -143,9 +98,17 @@ class TaskFeed(Feed):
     def _error(self, error: HikyakuError) -> bytes:
         return sse.event(errors.response(self.request_id, errors.from_domain(error)), name="error")
 
+    def render(self, task: Task) -> dict[str, Any]:
+        """The task as the first event shows it."""
+        return render_task(task, self.dialect, history_length=self.history_length)
+
+    def updates(self, row: TaskEvent, task: Task) -> tuple[list[dict[str, Any]], bool]:
+        """The A2A 1.0 StreamResponses for one event, and whether the stream ends after it."""
+        return update_results(row, task), row.to_state in TERMINAL_STATES
+
     def open(self) -> Batch:
         task = self.task
-        body = render_task(task, self.dialect, history_length=self.history_length)
+        body = self.render(task)
         if self.dialect is Dialect.V1_0:
             first = sse.event({"jsonrpc": "2.0", "id": self.request_id, "result": {"task": body}})
         else:
@@ -171,8 +134,9 @@ class TaskFeed(Feed):
                 agent = task.sender if task.sender_id == agent.pk else task.recipient
             if not policy.may_read(agent, task):
                 return Batch(frames, closed="policy")
-            frames.extend(self._response(result) for result in update_results(row, task))
-            if row.to_state in TERMINAL_STATES:
+            results, ends = self.updates(row, task)
+            frames.extend(self._response(result) for result in results)
+            if ends:
                 return Batch(frames, closed="terminal")
         return Batch(frames, more=len(rows) == PAGE)
 
@@ -186,7 +150,7 @@ class TaskFeed(Feed):
         return []
 
 
-def _snapshot(task: Task) -> tuple[Task, int]:
+def snapshot(task: Task) -> tuple[Task, int]:
     """The task and the id of its last event, read in that order backwards: an event that
     commits in between is then both in the task and after the cursor (sent twice, harmless)
     rather than in neither."""
@@ -216,7 +180,7 @@ def begin(
             raise UnsupportedOperation(
                 f"Task {task.pk} is {task.state}: a terminal task has no updates to stream."
             )
-    task, cursor = _snapshot(task)
+    task, cursor = snapshot(task)
     return TaskFeed(
         identity=identity,
         dialect=dialect,

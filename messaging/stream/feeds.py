@@ -50,6 +50,9 @@ class Feed:
     exact: bool = True  # whether event ids for our keys commit in order (see hub)
     identity: AgentIdentity | None = None  # re-validated in batches by the hub
     check_seconds: float | None = None  # re-validate itself this often (web sessions)
+    # (agent id, needs public) of the agent whose own endpoint serves the stream: the hub
+    # closes it ("callee") once that agent is gone, or unpublished for outside callers.
+    callee: tuple[uuid.UUID, bool] | None = None
     cursor = 0
 
     def open(self) -> Batch:

@@ -13,7 +13,8 @@ tenant-wide streams). The hub wakes them:
 
 It also re-validates the credentials of every open agent stream in one batch
 (HIKYAKU_STREAM_CHECK_SECONDS) and closes those whose key was revoked or expired, whose token
-was rotated, or whose agent was deregistered or disabled.
+was rotated, or whose agent was deregistered or disabled; likewise, in one query, the streams
+on agents' own endpoints whose agent is gone or (for callers outside its tenant) unpublished.
 
 A woken stream reads its events from the database itself; the hub never carries events.
 """
@@ -30,6 +31,7 @@ from django.conf import settings
 from django.db.models import Max
 
 from agents.auth import current_identities
+from agents.selectors import peer_reachability
 
 from .. import events
 from ..models import TaskEvent
@@ -299,12 +301,23 @@ class Hub:
 
     async def check_identities(self) -> None:
         subs = [s for s in self._all if s.identity is not None and s.closed is None]
+        if subs:
+            current = await run_db(current_identities, [s.identity for s in subs])
+            for sub in subs:
+                if (sub.identity.agent.pk, sub.identity.credential_hash) not in current:
+                    sub.close("credentials")
+        await self.check_callees()
+
+    async def check_callees(self) -> None:
+        subs = [s for s in self._all if s.feed.callee is not None and s.closed is None]
         if not subs:
             return
-        current = await run_db(current_identities, [s.identity for s in subs])
+        reachable = await run_db(peer_reachability, {s.feed.callee[0] for s in subs})
         for sub in subs:
-            if (sub.identity.agent.pk, sub.identity.credential_hash) not in current:
-                sub.close("credentials")
+            agent_id, needs_public = sub.feed.callee
+            public = reachable.get(agent_id)
+            if public is None or (needs_public and not public):
+                sub.close("callee")
 
     async def _watch_redis(self) -> None:
         up = await self._redis_reachable()

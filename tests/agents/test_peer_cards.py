@@ -48,7 +48,7 @@ def test_public_card_is_an_a2a_1_0_card_for_anyone(client, published):
         }
     ]
     assert [s["id"] for s in card["skills"]] == ["review"]
-    assert card["capabilities"] == {"streaming": False, "pushNotifications": False}
+    assert card["capabilities"] == {"streaming": True, "pushNotifications": True}
     # Anonymous access: an empty requirement among the alternatives.
     assert {} in card["securityRequirements"]
     assert "hkc_" in card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["bearerFormat"]

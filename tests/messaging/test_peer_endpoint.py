@@ -12,9 +12,11 @@ import pytest
 from django.test import Client
 
 from agents import services as agent_services
-from messaging.models import Task, TaskEvent
+from messaging.models import PushConfig, Task, TaskEvent
+from messaging.push import payloads
 from tests import factories
 from tests.messaging.rpc import act, act_error, result
+from tests.messaging.rpc import send as rpc_send
 
 pytestmark = pytest.mark.django_db
 
@@ -386,9 +388,12 @@ def test_protocol_errors(bob):
     assert err(bob, "Nope")["code"] == -32601
     assert err(bob, "SendMessage", {})["code"] == -32602
     assert err(bob, "GetTask", {"id": "tck-nonexistent"})["code"] == -32001
-    # The agent's card declares no push notifications, so its endpoint says so.
-    assert err(bob, "CreateTaskPushNotificationConfig", {"taskId": "t"})["code"] == -32003
-    assert err(bob, "SendStreamingMessage", {"message": say()})["code"] == -32004
+    # Streams (test_peer_streaming.py) refuse before they start: unknown and terminal tasks.
+    assert err(bob, "SubscribeToTask", {"id": str(uuid.uuid4())})["code"] == -32001
+    done = send(bob)
+    act(bob, done["id"], "complete", "done")
+    assert err(bob, "SubscribeToTask", {"id": done["id"]})["code"] == -32004
+    assert err(bob, "SendStreamingMessage", {"message": {}})["code"] == -32602
     assert err(bob, "GetExtendedAgentCard")["code"] == -32004
     version = err(bob, "SendMessage", {"message": say()}, version="99.0")
     assert version["code"] == -32009 and version["data"][0]["reason"] == "VERSION_NOT_SUPPORTED"
@@ -448,3 +453,98 @@ def test_client_address_behind_trusted_proxies(bob, settings):
     visible = ok(bob, "GetTask", {"id": task["id"]}, headers={"X-Forwarded-For": "192.0.2.77"})
     assert visible["id"] == task["id"]
     assert err(bob, "GetTask", {"id": task["id"]}, address="10.0.0.1")["code"] == -32001
+
+
+def test_a_wsgi_process_streams_by_polling_in_the_callers_view(bob, settings):
+    settings.HIKYAKU_WSGI_STREAM_POLL_SECONDS = 0.01
+    response = rpc(bob, "SendStreamingMessage", {"message": say("via wsgi")})
+    assert response["Content-Type"] == "text/event-stream"
+    chunks = iter(response.streaming_content)
+
+    def data(chunk: bytes) -> dict:
+        [line] = [x for x in chunk.decode().splitlines() if x.startswith("data: ")]
+        return json.loads(line[len("data: ") :])
+
+    task = data(next(chunks))["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
+    act(bob, task["id"], "accept", "on it")
+    assert data(next(chunks))["result"]["statusUpdate"]["status"]["state"] == "TASK_STATE_WORKING"
+    act(bob, task["id"], "block", "which one?")
+    asked = data(next(chunks))["result"]["statusUpdate"]
+    assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert list(chunks) == []  # interrupted: the stream ended
+
+
+# Push notification configs ----------------------------------------------------------------
+
+
+def test_push_config_crud_is_scoped_to_the_callers_own_tasks(bob, agent, settings):
+    settings.HIKYAKU_WEBHOOK_ALLOWED_HOSTS = []
+    task = send(bob, address="192.0.2.1")
+    config = {"taskId": task["id"], "id": "hook", "url": "https://example.com/hook"}
+    created = ok(bob, "CreateTaskPushNotificationConfig", config, address="192.0.2.1")
+    assert created == {**config, "url": "https://example.com/hook"}
+    # proto field names, like the A2A TCK sends them
+    got = ok(bob, "GetTaskPushNotificationConfig", {"task_id": task["id"], "id": "hook"},
+             address="192.0.2.1")  # fmt: skip
+    assert got["url"] == "https://example.com/hook"
+    listed = ok(bob, "ListTaskPushNotificationConfigs", {"taskId": task["id"]}, address="192.0.2.1")
+    assert [c["id"] for c in listed["configs"]] == ["hook"]
+    # Another caller (address, agent, the agent itself) does not find the task at all.
+    for other in ({"address": "192.0.2.2"}, {"credential": agent.token}, {"credential": bob.token}):
+        for method, params in (
+            ("CreateTaskPushNotificationConfig", config),
+            ("GetTaskPushNotificationConfig", {"taskId": task["id"], "id": "hook"}),
+            ("ListTaskPushNotificationConfigs", {"taskId": task["id"]}),
+            ("DeleteTaskPushNotificationConfig", {"taskId": task["id"], "id": "hook"}),
+        ):
+            assert err(bob, method, params, **other)["code"] == -32001, (method, other)
+    delete = {"taskId": task["id"], "id": "hook"}
+    assert ok(bob, "DeleteTaskPushNotificationConfig", delete, address="192.0.2.1") is None
+    assert ok(bob, "DeleteTaskPushNotificationConfig", delete, address="192.0.2.1") is None
+    missing = err(bob, "GetTaskPushNotificationConfig", delete, address="192.0.2.1")
+    assert missing["code"] == -32001
+    # The loopback guard holds here too.
+    hook = {"taskId": task["id"], "url": "http://127.0.0.1:9/hook"}
+    assert err(bob, "CreateTaskPushNotificationConfig", hook, address="192.0.2.1")["code"] == -32602
+
+
+def test_push_config_of_a_tenant_agent_caller_and_in_send(bob, agent, tenant):
+    """A tenant agent is a party of many tasks, but only its tasks with this agent count
+    here; a config sent along with SendMessage is attached as on the broker endpoint."""
+    carol = factories.agent(tenant, name="carol")
+    elsewhere = rpc_send(agent, carol.id)["id"]
+    params = {"taskId": elsewhere, "url": "https://example.com/hook"}
+    denied = err(bob, "CreateTaskPushNotificationConfig", params, credential=agent.token)
+    assert denied["code"] == -32001
+    hook = {"id": "inline", "url": "https://example.com/inline", "token": "t0k"}
+    configuration = {"returnImmediately": True, "taskPushNotificationConfig": hook}
+    params = {"message": say(), "configuration": configuration}
+    sent = ok(bob, "SendMessage", params, credential=agent.token)["task"]
+    listed = ok(
+        bob, "ListTaskPushNotificationConfigs", {"taskId": sent["id"]}, credential=agent.token
+    )
+    assert listed["configs"] == [{**hook, "taskId": sent["id"]}]
+
+
+def test_push_notifications_show_the_task_in_the_callers_view(bob):
+    hook = {"url": "https://example.com/hook"}
+    configuration = {"returnImmediately": True, "taskPushNotificationConfig": hook}
+    message = say("hi", contextId="conversation-7")
+    task = ok(bob, "SendMessage", {"message": message, "configuration": configuration})["task"]
+    assert PushConfig.objects.get(task_id=task["id"]).dialect == "peer"
+    act(bob, task["id"], "comment", "looking soon")
+    act(bob, task["id"], "accept", "on it")
+    act(bob, task["id"], "block", "which branch?")
+    stored = Task.objects.get(pk=task["id"])
+    bodies = [
+        payloads.stream_response(stored, event, "peer")["statusUpdate"]
+        for event in TaskEvent.objects.filter(task=stored).exclude(kind="created").order_by("id")
+    ]
+    assert [b["status"]["state"] for b in bodies] == [
+        "TASK_STATE_SUBMITTED",  # the agent's comment on the unread task
+        "TASK_STATE_WORKING",
+        "TASK_STATE_INPUT_REQUIRED",
+    ]
+    assert {b["contextId"] for b in bodies} == {"conversation-7"}
+    assert bodies[-1]["status"]["message"]["parts"] == [{"text": "which branch?"}]

@@ -5,10 +5,7 @@ responder, conformance/responder.py) works the agent's inbox with the lifecycle 
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import uuid
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -25,49 +22,10 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 
-from agents import services as agent_services
 from messaging.models import Task
-from tests import factories
-from tests.live import ROOT, BrokerProcess
+from tests.live import BrokerProcess
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(scope="module")
-def peer_broker(django_db_setup, django_db_blocker) -> Iterator[BrokerProcess]:
-    """A broker whose anonymous callers (every test here) are not rate limited."""
-    server = BrokerProcess(env={"HIKYAKU_ANONYMOUS_RATE_LIMIT_PER_MINUTE": "0"}).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def bob(tenant, peer_broker) -> Iterator[factories.TestAgent]:
-    """A public agent, worked by a responder process holding only its token."""
-    bob = factories.agent(tenant, name="bob", description="Answers A2A callers.")
-    agent_services.set_agent_public(agent=bob.model, public=True)
-    log = (ROOT / "test-artifacts" / f"responder-{bob.id}.log").open("wb")
-    responder = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "conformance.responder",
-            "--url",
-            peer_broker.url,
-            "--token",
-            bob.token,
-            "--agent-id",
-            bob.id,
-            "--poll-interval",
-            "0.05",
-        ],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    yield bob
-    responder.terminate()
-    responder.wait(timeout=10)
 
 
 def run(coro):

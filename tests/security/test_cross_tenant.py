@@ -410,7 +410,10 @@ ROUTES: dict[str, Route] = {
     ),
     "a2a/agents/<str:agent_id>/": Route(
         "an agent's own JSON-RPC endpoint: another tenant's private agent is 404"
-        " (tests/messaging/test_peer_endpoint.py::test_other_tenants_get_404_from_a_private_agent)"
+        " (tests/messaging/test_peer_endpoint.py::test_other_tenants_get_404_from_a_private_agent);"
+        " every caller sees only its own tasks there, streams and push configs included"
+        " (test_peer_endpoint.py::test_push_config_crud_is_scoped_to_the_callers_own_tasks,"
+        " test_peer_streaming.py::test_other_callers_cannot_subscribe)"
     ),
     "a2a/agents/<str:agent_id>": Route("the same endpoint without its trailing slash"),
     "api/v1/agents/<str:agent_id>/policy": Route(

@@ -1,0 +1,200 @@
+"""A2A streaming on an agent's own endpoint (DESIGN.md §8, docs/PEERS.md):
+SendStreamingMessage and SubscribeToTask on `POST /a2a/agents/<agent_id>/`.
+
+The same SSE stream as the broker endpoint's (messaging/stream/a2a.py: the task first, then
+`statusUpdate` / `artifactUpdate` events as JSON-RPC responses), with two differences:
+
+- every event shows the task in the caller's view (messaging/a2a/peer_view.py): an unread
+  task is SUBMITTED, INPUT_REQUIRED means the agent asked the caller;
+- the stream ends, as A2A says, when the task is terminal *or interrupted*: after the event
+  in which the agent asks the caller something (`block`). A caller that subscribes to a task
+  already waiting for it is answering, so that stream runs until the next interruption.
+
+The caller is named as on the rest of the endpoint (messaging/a2a/peer.py) and sees only its
+own tasks with this agent; anything else is TaskNotFound (-32001). A stream of a tenant agent
+re-checks that agent's credentials (the hub, in batches); every stream re-checks that the
+callee is still active, and still public for callers from outside its tenant (the hub, for
+all such streams in one query).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from functools import partial
+from typing import Any
+
+from django.db import DatabaseError, DataError
+
+from agents.auth import AgentIdentity, client_address
+from agents.models import Agent
+from agents.selectors import peer_reachability
+from hikyaku.errors import (
+    AgentNotFound,
+    HikyakuError,
+    InvalidRequest,
+    RateLimited,
+    ServiceUnavailable,
+    TaskNotFound,
+    Unauthenticated,
+)
+
+from ..a2a import errors, peer_view
+from ..a2a.peer import (
+    ContentTypeNotSupported,
+    PeerCall,
+    agent_not_found,
+    deliver,
+    is_json,
+    open_call,
+    subscribed_task,
+)
+from ..a2a.views import EnvelopeError, parse_request
+from ..a2a.wire import Dialect
+from ..models import Task, TaskEvent
+from ..services import Sender
+from . import sse
+from .a2a import SEND, STREAMING_METHODS, TaskFeed, snapshot
+from .db import run_db
+from .serve import serve
+
+log = logging.getLogger(__name__)
+
+# `/a2a/agents/<agent_id>/` (and without the trailing slash, as Django's route allows).
+PATH = re.compile(r"^/a2a/agents/(?P<agent_id>[^/]+)/?$")
+
+
+class PeerTaskFeed(TaskFeed):
+    """One task's updates for its caller on the agent's endpoint, until it is terminal or
+    interrupted."""
+
+    def __init__(
+        self,
+        *,
+        callee: Agent,
+        sender: Sender,
+        identity: AgentIdentity | None,
+        dialect: Dialect,
+        request_id: Any,
+        task: Task,
+        cursor: int,
+        history_length: int | None = None,
+    ) -> None:
+        super().__init__(
+            identity=identity,
+            dialect=dialect,
+            request_id=request_id,
+            task=task,
+            cursor=cursor,
+            history_length=history_length,
+        )
+        # Callers from outside the callee's tenant reach it only while it is public; the hub
+        # checks that for all such streams at once.
+        self.callee = (callee.pk, sender.agent is None and sender.caller_id != "tenant-key")
+        self.awaiting = task.awaiting  # whom the task waits for, as of the cursor
+
+    def render(self, task: Task) -> dict[str, Any]:
+        return peer_view.render_task(task, self.dialect, history_length=self.history_length)
+
+    def updates(self, row: TaskEvent, task: Task) -> tuple[list[dict[str, Any]], bool]:
+        self.awaiting = peer_view.awaiting_after(row, self.awaiting)
+        results = peer_view.caller_updates(row, task, awaiting=self.awaiting)
+        return results, peer_view.interrupts(row)
+
+    def check(self) -> str | None:
+        """The hub's callee check, for the WSGI fallback (which has no hub)."""
+        agent_id, needs_public = self.callee
+        public = peer_reachability({agent_id}).get(agent_id)
+        if public is None or (needs_public and not public):
+            return "callee"
+        return None
+
+    def closing_frames(self, reason: str) -> list[bytes]:
+        if reason == "callee":
+            return [self._error(TaskNotFound(f"Task not found: {self.task.pk}"))]
+        return super().closing_frames(reason)
+
+
+def begin_stream(call: PeerCall, request_id: Any, method: str) -> PeerTaskFeed:
+    """Everything before the first frame of SendStreamingMessage (the send, never waiting)
+    or SubscribeToTask (the checks). Raises HikyakuError for what must be answered as a plain
+    JSON-RPC error."""
+    history_length = None
+    if STREAMING_METHODS[method] == SEND:
+        sent = deliver(call)
+        task, history_length = sent.task, sent.history_length
+    else:
+        task = subscribed_task(call)
+    task, cursor = snapshot(task)
+    return PeerTaskFeed(
+        callee=call.agent,
+        sender=call.sender,
+        identity=call.identity,
+        dialect=call.dialect,
+        request_id=request_id,
+        task=task,
+        cursor=cursor,
+        history_length=history_length,
+    )
+
+
+def _address(scope: sse.Scope) -> str:
+    client = scope.get("client")
+    meta = {"REMOTE_ADDR": client[0] if client else ""}
+    forwarded = sse.header(scope, b"x-forwarded-for")
+    if forwarded is not None:
+        meta["HTTP_X_FORWARDED_FOR"] = forwarded
+    return client_address(meta)
+
+
+async def agent_stream(
+    scope: sse.Scope, receive: sse.Receive, send: sse.Send, payload: dict, agent_id: str
+) -> None:
+    """A streaming JSON-RPC request to an agent's endpoint, already read and decoded by the
+    dispatcher (hikyaku.asgi)."""
+    if not is_json(sse.header(scope, b"content-type") or ""):
+        error = ContentTypeNotSupported("Send JSON-RPC requests as application/json.")
+        await sse.send_json(send, 200, errors.response(None, errors.from_domain(error)))
+        return
+    try:
+        request_id, method, params = parse_request(payload)
+    except EnvelopeError as exc:
+        await sse.send_json(send, 200, exc.response)
+        return
+    try:
+        call = await run_db(
+            partial(
+                open_call,
+                agent_id=agent_id,
+                version=sse.header(scope, b"a2a-version"),
+                authorization=sse.header(scope, b"authorization"),
+                x_agent_id=sse.header(scope, b"x-agent-id"),
+                address=_address(scope),
+                params=params,
+            )
+        )
+        feed = await run_db(begin_stream, call, request_id, method, retry=False)
+    except AgentNotFound as exc:
+        await sse.send_json(send, 404, agent_not_found(request_id, exc))
+        return
+    except (Unauthenticated, RateLimited) as exc:
+        body = errors.response(request_id, errors.from_domain(exc))
+        await sse.send_json(send, exc.status, body, sse.error_headers(exc))
+        return
+    except HikyakuError as exc:
+        await sse.send_json(send, 200, errors.response(request_id, errors.from_domain(exc)))
+        return
+    except DataError as exc:
+        # A value the database refuses is the request's fault (as in messaging/a2a/views.py).
+        log.warning("database refused a value during %s: %s", method, exc)
+        error = InvalidRequest(
+            "A value in the request cannot be stored (too long or out of range)."
+        )
+        await sse.send_json(send, 200, errors.response(request_id, errors.from_domain(error)))
+        return
+    except DatabaseError as exc:
+        log.warning("%s: database unavailable (%s)", method, exc.__class__.__name__)
+        body = errors.response(request_id, errors.from_domain(ServiceUnavailable()))
+        await sse.send_json(send, 503, body)
+        return
+    await serve(feed, receive, send, kind="a2a")
