@@ -274,8 +274,8 @@ class PrivatePostgres:
 
 
 class PrivateRedis:
-    def __init__(self) -> None:
-        self.port = port_in_range()
+    def __init__(self, *, ports: tuple[int, int] = (16800, 16899)) -> None:
+        self.port = port_in_range(*ports)
         self.proc: subprocess.Popen | None = None
 
     @staticmethod
