@@ -24,10 +24,19 @@ from collections import Counter
 import pytest
 from django.db import connection
 
-from messaging.models import Task
+from messaging.models import Task, TaskEvent, WebhookDelivery
+from messaging.push import delivery
 from tests import factories, live
+from tests.messaging.receiver import Receiver
 from tests.messaging.test_streams import send, subscribe
-from tests.reliability.harness import PrivateRedis, SendLoad, Server, port_in_range, record
+from tests.reliability.harness import (
+    Celery,
+    PrivateRedis,
+    SendLoad,
+    Server,
+    port_in_range,
+    record,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -318,6 +327,113 @@ def test_streams_resume_with_last_event_id_across_a_stream_server_sigkill(tenant
             "events_before_kill": before_kill,
             "send_outcomes": dict(outcomes),
             "messages_checked": checked,
+            "lost": 0,
+            "duplicated": 0,
+        },
+    )
+
+
+# Webhooks: a Celery worker SIGKILLed mid-delivery --------------------------------------------
+
+HOOKED_SENDS = 10
+WEBHOOK_TIMEOUT = 5  # the lease of a claimed row is 3 × this + 30 s
+
+
+def wait_for_deliveries(count: int, *, timeout: float) -> list[WebhookDelivery]:
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = list(WebhookDelivery.objects.order_by("pk"))
+        if len(rows) >= count and all(r.outcome != "pending" for r in rows):
+            return rows
+        if time.monotonic() > deadline:
+            pending = [(r.pk, r.attempts, r.last_error) for r in rows if r.outcome == "pending"]
+            raise AssertionError(f"{len(pending)} deliveries still pending: {pending}")
+        time.sleep(0.2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_celery_worker_killed_mid_webhook_delivery_is_retried(tenant):
+    redis = PrivateRedis(ports=REDIS_PORTS).start()
+    receiver = Receiver(hang_seconds=60).start()  # stalls: the first POSTs never get an answer
+    alice = factories.agent(tenant, name="alice")
+    bob = factories.agent(tenant, name="bob", webhook_url=receiver.url)
+    env = {
+        "DATABASE_URL": live.test_database_url(),
+        "REDIS_URL": redis.url,
+        "CELERY_BROKER_URL": redis.url,
+        "HIKYAKU_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1",
+        "HIKYAKU_WEBHOOK_TIMEOUT_SECONDS": str(WEBHOOK_TIMEOUT),
+        "HIKYAKU_WEBHOOK_BACKOFF_SECONDS": "0.2",
+        "HIKYAKU_WEBHOOK_BACKOFF_CAP_SECONDS": "1",
+        "HIKYAKU_WEBHOOK_SWEEP_SECONDS": "1",
+        "HIKYAKU_WEBHOOK_SWEEP_GRACE_SECONDS": "1",
+    }
+    web = Server(
+        kind="granian-wsgi", database_url=env["DATABASE_URL"], port=port_in_range(*PORTS), env=env
+    ).start()
+    first = Celery(kind="worker", name="first", env=env).start()
+    second = Celery(kind="worker", name="second", env=env)
+    beat = Celery(kind="beat", name="beat", env=env)
+    try:
+        tasks = [send(web, alice, bob.id, f"hooked {n}")["id"] for n in range(HOOKED_SENDS)]
+        # Both pool processes of the first worker are stuck in a POST (prefetch 1: the other
+        # messages wait in Redis). Kill the whole worker.
+        in_flight = receiver.wait_for(2, timeout=30)
+        time.sleep(0.5)
+        first.kill()
+        killed_at = time.monotonic()
+        interrupted = {r.headers["X-Hikyaku-Delivery-Id"] for r in in_flight}
+        assert len(receiver.requests) == 2
+        rows = {str(r.pk): r for r in WebhookDelivery.objects.all()}
+        assert len(rows) == HOOKED_SENDS
+        for pk in interrupted:  # the rows show the attempts that never finished
+            assert (rows[pk].outcome, rows[pk].attempts) == ("pending", 1)
+            assert rows[pk].last_error == delivery.UNFINISHED
+
+        receiver.hang_seconds = 0  # the receiver recovers too
+        second.start()
+        beat.start()
+        rows_after = wait_for_deliveries(HOOKED_SENDS, timeout=90)
+        recovered_in = time.monotonic() - killed_at
+    finally:
+        beat.stop()
+        second.stop()
+        first.kill()
+        web.stop()
+        receiver.stop()
+        redis.kill()
+
+    # Every event was delivered: each row is `delivered`, and the receiver answered 200 to a
+    # POST for each event (the interrupted POSTs are extra, told apart by their event id).
+    assert {r.outcome for r in rows_after} == {"delivered"}
+    events = TaskEvent.objects.filter(task_id__in=tasks, kind="created")
+    assert {r.event_id for r in rows_after} == set(events.values_list("pk", flat=True))
+    answered = [r for r in receiver.requests if r not in in_flight]
+    assert len(answered) == HOOKED_SENDS
+    assert sorted(int(r.headers["X-Hikyaku-Event-Id"]) for r in answered) == sorted(
+        r.event_id for r in rows_after
+    )
+    # The delivery rows count the interrupted attempts.
+    attempts = {str(r.pk): r.attempts for r in rows_after}
+    assert {pk: attempts[pk] for pk in interrupted} == {pk: 2 for pk in interrupted}
+    assert {a for pk, a in attempts.items() if pk not in interrupted} == {1}
+    assert all(r.last_status == 200 and r.last_error == "" for r in rows_after)
+    record(
+        f"celery-worker-sigkill-{connection.vendor}",
+        {
+            "scenario": "SIGKILL a Celery worker with two webhook POSTs in flight to a stalled "
+            "receiver; start another worker and beat",
+            "database": connection.vendor,
+            "load": f"{HOOKED_SENDS} sends to an agent with a webhook, 1 worker of 2 processes",
+            "faults": 1,
+            "interrupted_attempts": len(interrupted),
+            "recovered_seconds_after_kill": round(recovered_in, 1),
+            "webhook_posts_received": len(receiver.requests),
+            "delivery_attempts": sum(attempts.values()),
+            # At-least-once: the interrupted POSTs reached the receiver but were never
+            # answered; each event was answered 200 exactly once.
+            "posts_never_answered": len(receiver.requests) - HOOKED_SENDS,
+            "messages_checked": HOOKED_SENDS,
             "lost": 0,
             "duplicated": 0,
         },
