@@ -216,11 +216,10 @@ def verdict(summary: dict[str, Any], cores: int) -> str:
         f"/ {two['machine_busy_percent']:.0f}% busy, other work taking "
         f"{one['other_work_percent']:.0f}% / {two['other_work_percent']:.0f}%."
     )
-    if one["web_cores_used"] >= 0.85:
-        text += (
-            " One process is bound by its interpreter lock: its threads together cannot use "
-            "more than one core, and it used nearly all of one."
-        )
+    text += (
+        " One web process can never use more than one core (its threads share one interpreter "
+        f"lock); it used {one['web_cores_used']:.2f}."
+    )
     if summary["speedup"] >= 1.1:
         text += " A second web process raised send throughput."
     else:
