@@ -37,16 +37,30 @@ class Task(models.Model):
         RECIPIENT = "recipient", "Recipient"
         SENDER = "sender", "Sender"
 
+    # Every index is paid for on every send and every state change, so foreign keys whose
+    # lookups a composite index below already serves have none of their own (Meta.indexes).
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tasks")
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.CASCADE, related_name="tasks", db_index=False
+    )
     # Null for external A2A callers (DESIGN.md §8); `caller_id` then names them.
     sender = models.ForeignKey(
-        Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="sent_tasks"
+        Agent,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="sent_tasks",
+        db_index=False,
     )
     caller_id = models.CharField(max_length=200, blank=True)
     # Null only for broadcast summaries, which never appear in an inbox.
     recipient = models.ForeignKey(
-        Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="received_tasks"
+        Agent,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="received_tasks",
+        db_index=False,
     )
     context_id = models.CharField(max_length=64)
     type = models.CharField(max_length=24, choices=Type.choices, default=Type.UNICAST)
@@ -58,7 +72,12 @@ class Task(models.Model):
     )
     broadcast_id = models.UUIDField(null=True, blank=True)
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replies"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="replies",
+        db_index=False,
     )
     thread_root_id = models.UUIDField(null=True, blank=True)
     depth = models.PositiveSmallIntegerField(default=0)
@@ -131,10 +150,25 @@ class Task(models.Model):
             ),
             # Outbox (metadata.box = outbox).
             models.Index(fields=["sender", "-status_at", "-id"], name="task_outbox"),
-            models.Index(fields=["broadcast_id"], name="task_broadcast"),
-            models.Index(fields=["thread_root_id"], name="task_thread"),
-            # Retention sweeps.
-            models.Index(fields=["state", "updated_at"], name="task_retention"),
+            # Partial: most tasks are neither broadcasts nor replies, and a row outside an
+            # index's condition costs that index nothing.
+            models.Index(
+                fields=["broadcast_id"],
+                condition=Q(broadcast_id__isnull=False),
+                name="task_broadcast",
+            ),
+            models.Index(
+                fields=["thread_root_id"],
+                condition=Q(thread_root_id__isnull=False),
+                name="task_thread",
+            ),
+            models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="task_parent"),
+            # Retention sweeps: only terminal tasks expire.
+            models.Index(
+                fields=["updated_at"],
+                condition=Q(state__in=["completed", "rejected", "failed", "canceled"]),
+                name="task_retention",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -162,13 +196,15 @@ class TaskEvent(models.Model):
         CANCEL = "cancel", "Canceled"
 
     id = models.BigAutoField(primary_key=True)
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events", db_index=False)
     # Copied from the task so a stream's query is one index range scan.
     sender_agent_id = models.UUIDField(null=True, blank=True)
     recipient_agent_id = models.UUIDField(null=True, blank=True)
+    # Unindexed: only deleting an agent looks events up by actor (Agent rows are normally
+    # deregistered, not deleted), and every event would pay for the index.
     actor = models.ForeignKey(
-        Agent, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        Agent, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
     actor_label = models.CharField(max_length=200, blank=True)
     kind = models.CharField(max_length=16, choices=Kind.choices)
@@ -182,6 +218,8 @@ class TaskEvent(models.Model):
             models.Index(fields=["recipient_agent_id", "id"], name="event_recipient_stream"),
             models.Index(fields=["sender_agent_id", "id"], name="event_sender_stream"),
             models.Index(fields=["task", "id"], name="event_task_timeline"),
+            # The web UI's tenant-wide stream.
+            models.Index(fields=["tenant", "id"], name="event_tenant_stream"),
         ]
 
     def __str__(self) -> str:

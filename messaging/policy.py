@@ -21,6 +21,10 @@ def _allows(allow_list: list[str] | None, agent_id: object) -> bool:
     return "*" in allowed or str(agent_id) in allowed
 
 
+def allows_anyone(allow_list: list[str] | None) -> bool:
+    return _allows(allow_list, "*")
+
+
 def within_ceiling(agent: Agent, sensitivity: str) -> bool:
     return SENSITIVITY_RANK.get(sensitivity, 1) <= SENSITIVITY_RANK.get(agent.disclosure_ceiling, 1)
 

@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from agents.models import SENSITIVITY_RANK, Agent, Sensitivity
 from hikyaku import metrics, rows
@@ -33,7 +34,7 @@ from hikyaku.errors import (
 from tenants.models import Tenant
 
 from . import events, policy
-from .models import TERMINAL_STATES, Task, TaskEvent, TaskState
+from .models import TERMINAL_STATES, Task, TaskEvent, TaskState, WebhookDelivery
 from .push import delivery as push_delivery
 
 Kind = TaskEvent.Kind
@@ -310,14 +311,12 @@ def deliver_unicast(
         event = _event_row(
             task, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {"messageId": message_id}
         )
-        if connection.vendor == "postgresql":
-            _store_unicast_in_one_statement(task, event, sender, sensitivity, to)
-        else:
-            with transaction.atomic():
-                task.recipient = _lock_destination(sender, to, sensitivity)
-                rows.insert(task)
-                rows.insert(event)
-                push_delivery.schedule([event])  # webhooks, enqueued after commit
+        store = (
+            _store_unicast_in_one_statement
+            if connection.vendor == "postgresql"
+            else _store_unicast_portably
+        )
+        store(task, event, sender, sensitivity, to)
         metrics.events_written(1)
         events.ring_after_commit(
             agent_ids=[recipient_id], event_id=event.id, tenant_id=task.tenant_id
@@ -340,27 +339,63 @@ def _store_unicast_in_one_statement(
     """Postgres: lock and check the recipient, insert the task and its event — one
     autocommit statement, so one round trip and no BEGIN/COMMIT (the send's dominant cost).
     The recipient's row lock is held until the statement commits, which keeps that agent's
-    events in commit order like the transaction on other databases."""
+    events in commit order like the transaction on other databases.
+
+    Written out by hand rather than from the model (hikyaku/rows.py) because it is the
+    hottest statement there is: constants are inlined, the message is encoded once and
+    Postgres builds `history` and the message artifact from it, and the event takes its
+    columns from the inserted task. What it stores is exactly what `task` and `event` hold
+    (tests/messaging/test_send_and_inbox.py compares it with the portable path's rows)."""
     accepts, accepts_params = policy.recipient_accepts_sql("d", sender.agent, sensitivity)
-    task_sql, task_params = rows.insert_select(task, source="dest")
-    event_sql, event_params = rows.insert_select(event, source="ins")
     # The recipient's webhook delivery, when it has a webhook (messaging/push/delivery.py).
     webhook_sql, webhook_params = push_delivery.new_task_delivery_sql(task, dest="dest", event="ev")
+    artifact = task.artifacts[0]
     sql = (
-        "WITH dest AS (SELECT d.id, d.webhook_url FROM agents_agent d"
+        "WITH v AS (SELECT %s::jsonb AS m, %s::timestamptz AS now),"
+        " dest AS (SELECT d.id, d.webhook_url FROM agents_agent d"
         f" WHERE d.id = %s AND d.tenant_id = %s AND d.status = 'active' AND {accepts}"
         " FOR NO KEY UPDATE),"
-        f" ins AS ({task_sql} RETURNING id),"
-        f" ev AS ({event_sql} RETURNING id),"
+        " ins AS (INSERT INTO messaging_task (id, tenant_id, sender_id, caller_id,"
+        " recipient_id, context_id, type, state, awaiting, broadcast_id, parent_id,"
+        " thread_root_id, depth, message, history, artifacts, metadata, sensitivity,"
+        " search_text, push_configured, message_id, content_hash, created_at, updated_at,"
+        " status_at)"
+        " SELECT %s, %s, %s, %s, dest.id, %s, 'unicast', 'input_required', 'recipient', NULL,"
+        " %s, %s, %s, v.m, jsonb_build_array(v.m),"
+        " jsonb_build_array(jsonb_build_object('artifactId', %s, 'name', %s,"
+        " 'parts', v.m->'parts')), %s, %s, %s, false, %s, %s, v.now, v.now, v.now"
+        " FROM dest, v RETURNING id, tenant_id, sender_id, recipient_id, created_at),"
+        " ev AS (INSERT INTO messaging_taskevent (tenant_id, task_id, sender_agent_id,"
+        " recipient_agent_id, actor_id, actor_label, kind, from_state, to_state, payload,"
+        " created_at)"
+        " SELECT tenant_id, id, sender_id, recipient_id, sender_id, %s, 'created', '',"
+        " 'input_required', %s, created_at FROM ins RETURNING id),"
         f" dl AS ({webhook_sql} RETURNING id)"
         " SELECT ev.id, (SELECT id FROM dl) FROM ev"
     )
     params = [
-        rows.prep(Agent, "id", task.recipient_id),
-        rows.prep(Agent, "tenant", task.tenant_id),
+        Jsonb(task.message),
+        task.created_at,
+        task.recipient_id,
+        task.tenant_id,
         *accepts_params,
-        *task_params,
-        *event_params,
+        task.id,
+        task.tenant_id,
+        task.sender_id,
+        task.caller_id,
+        task.context_id,
+        task.parent_id,
+        task.thread_root_id,
+        task.depth,
+        artifact["artifactId"],
+        artifact["name"],
+        Jsonb(task.metadata),
+        task.sensitivity,
+        task.search_text,
+        task.message_id,
+        task.content_hash,
+        event.actor_label,
+        Jsonb(event.payload),
         *webhook_params,
     ]
     # Inside a caller's transaction, a savepoint keeps it usable when a retried messageId
@@ -374,6 +409,17 @@ def _store_unicast_in_one_statement(
     event.pk = row[0]
     if row[1] is not None:
         push_delivery.enqueue_after_commit([row[1]])
+
+
+def _store_unicast_portably(
+    task: Task, event: TaskEvent, sender: Sender, sensitivity: str, to: str
+) -> None:
+    """Any database: the same, as a transaction holding the recipient's row lock."""
+    with transaction.atomic():
+        task.recipient = _lock_destination(sender, to, sensitivity)
+        rows.insert(task)
+        rows.insert(event)
+        push_delivery.schedule([event])  # webhooks, enqueued after commit
 
 
 def _agent_pk(value: str) -> uuid.UUID | None:
@@ -418,115 +464,249 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
         return _replay(existing, digest)
     sensitivity = _sensitivity(message)
     broadcast_id = uuid.uuid4()
-    parts = message["parts"]
+    store = (
+        _broadcast_in_one_statement if connection.vendor == "postgresql" else _broadcast_portably
+    )
     try:
-        with transaction.atomic():
-            candidates = Agent.objects.select_for_update(no_key=True).filter(
-                tenant=sender.tenant, status=Agent.Status.ACTIVE
-            )
-            if sender.agent is not None:
-                candidates = candidates.exclude(pk=sender.agent.pk)
-            recipients = [
-                r
-                for r in candidates.order_by("id")
-                if policy.may_deliver(sender.agent, r, sensitivity)
-            ]
-            now = timezone.now()
-            search_text = _search_text(parts)
-            deliveries = [
-                Task(
-                    tenant=sender.tenant,
-                    sender=sender.agent,
-                    caller_id=sender.caller_id,
-                    recipient=recipient,
-                    context_id=str(recipient.id),
-                    type=Task.Type.BROADCAST,
-                    broadcast_id=broadcast_id,
-                    message=message,
-                    history=[message],
-                    artifacts=[_artifact("message", parts)],
-                    metadata=_task_metadata(
-                        sender, recipient.id, Task.Type.BROADCAST, broadcastId=str(broadcast_id)
-                    ),
-                    sensitivity=sensitivity,
-                    search_text=search_text,
-                    created_at=now,
-                    updated_at=now,
-                    status_at=now,
-                )
-                for recipient in recipients
-            ]
-            Task.objects.bulk_create(deliveries)
-            delivery_ids = [str(t.id) for t in deliveries]
-            summary = Task.objects.create(
-                tenant=sender.tenant,
-                sender=sender.agent,
-                caller_id=sender.caller_id,
-                recipient=None,
-                context_id=str(sender.agent.id) if sender.agent else sender.caller_id,
-                type=Task.Type.BROADCAST_SUMMARY,
-                state=TaskState.COMPLETED,
-                awaiting=Task.Awaiting.NOBODY,
-                broadcast_id=broadcast_id,
-                message=message,
-                history=[message],
-                artifacts=[
-                    _artifact(
-                        "deliveries",
-                        [
-                            {
-                                "data": {
-                                    "recipientCount": len(deliveries),
-                                    "deliveryTaskIds": delivery_ids,
-                                }
-                            }
-                        ],
-                    )
-                ],
-                metadata=_task_metadata(
-                    sender,
-                    None,
-                    Task.Type.BROADCAST_SUMMARY,
-                    recipientCount=len(deliveries),
-                    broadcastId=str(broadcast_id),
-                ),
-                sensitivity=sensitivity,
-                search_text=search_text,
-                message_id=message_id,
-                content_hash=digest,
-                created_at=now,
-                updated_at=now,
-                status_at=now,
-            )
-            event_rows = [
-                _event_row(t, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {})
-                for t in deliveries
-            ]
-            event_rows.append(
-                _event_row(
-                    summary,
-                    sender,
-                    Kind.CREATED,
-                    "",
-                    TaskState.COMPLETED,
-                    {"messageId": message_id},
-                )
-            )
-            written = TaskEvent.objects.bulk_create(event_rows)
-            metrics.events_written(len(written))
-            push_delivery.schedule(written)  # webhooks, enqueued after commit
-            if deliveries:
-                events.ring_after_commit(
-                    agent_ids=[r.id for r in recipients],
-                    event_id=max(e.id for e in written),
-                    tenant_id=sender.tenant.id,
-                )
+        return store(sender, message, digest, sensitivity, broadcast_id)
     except IntegrityError:
         existing = _existing(sender, message_id)
         if existing is None:
             raise
         return _replay(existing, digest)
+
+
+def _broadcast_portably(
+    sender: Sender, message: dict[str, Any], digest: str, sensitivity: str, broadcast_id: uuid.UUID
+) -> Task:
+    """Any database: the broadcast as one transaction through the models."""
+    message_id = message.get("messageId")
+    parts = message["parts"]
+    with transaction.atomic():
+        candidates = Agent.objects.select_for_update(no_key=True).filter(
+            tenant=sender.tenant, status=Agent.Status.ACTIVE
+        )
+        if sender.agent is not None:
+            candidates = candidates.exclude(pk=sender.agent.pk)
+        recipients = [
+            r for r in candidates.order_by("id") if policy.may_deliver(sender.agent, r, sensitivity)
+        ]
+        now = timezone.now()
+        search_text = _search_text(parts)
+        deliveries = [
+            Task(
+                tenant=sender.tenant,
+                sender=sender.agent,
+                caller_id=sender.caller_id,
+                recipient=recipient,
+                context_id=str(recipient.id),
+                type=Task.Type.BROADCAST,
+                broadcast_id=broadcast_id,
+                message=message,
+                history=[message],
+                artifacts=[_artifact("message", parts)],
+                metadata=_task_metadata(
+                    sender, recipient.id, Task.Type.BROADCAST, broadcastId=str(broadcast_id)
+                ),
+                sensitivity=sensitivity,
+                search_text=search_text,
+                created_at=now,
+                updated_at=now,
+                status_at=now,
+            )
+            for recipient in recipients
+        ]
+        Task.objects.bulk_create(deliveries)
+        delivery_ids = [str(t.id) for t in deliveries]
+        summary = Task.objects.create(
+            tenant=sender.tenant,
+            sender=sender.agent,
+            caller_id=sender.caller_id,
+            recipient=None,
+            context_id=str(sender.agent.id) if sender.agent else sender.caller_id,
+            type=Task.Type.BROADCAST_SUMMARY,
+            state=TaskState.COMPLETED,
+            awaiting=Task.Awaiting.NOBODY,
+            broadcast_id=broadcast_id,
+            message=message,
+            history=[message],
+            artifacts=[
+                _artifact(
+                    "deliveries",
+                    [
+                        {
+                            "data": {
+                                "recipientCount": len(deliveries),
+                                "deliveryTaskIds": delivery_ids,
+                            }
+                        }
+                    ],
+                )
+            ],
+            metadata=_task_metadata(
+                sender,
+                None,
+                Task.Type.BROADCAST_SUMMARY,
+                recipientCount=len(deliveries),
+                broadcastId=str(broadcast_id),
+            ),
+            sensitivity=sensitivity,
+            search_text=search_text,
+            message_id=message_id,
+            content_hash=digest,
+            created_at=now,
+            updated_at=now,
+            status_at=now,
+        )
+        event_rows = [
+            _event_row(t, sender, Kind.CREATED, "", TaskState.INPUT_REQUIRED, {})
+            for t in deliveries
+        ]
+        event_rows.append(
+            _event_row(
+                summary,
+                sender,
+                Kind.CREATED,
+                "",
+                TaskState.COMPLETED,
+                {"messageId": message_id},
+            )
+        )
+        written = TaskEvent.objects.bulk_create(event_rows)
+        metrics.events_written(len(written))
+        push_delivery.schedule(written)  # webhooks, enqueued after commit
+        if deliveries:
+            events.ring_after_commit(
+                agent_ids=[r.id for r in recipients],
+                event_id=max(e.id for e in written),
+                tenant_id=sender.tenant.id,
+            )
     metrics.sent("broadcast", len(deliveries))
+    return summary
+
+
+def _broadcast_in_one_statement(
+    sender: Sender, message: dict[str, Any], digest: str, sensitivity: str, broadcast_id: uuid.UUID
+) -> Task:
+    """Postgres: the whole broadcast — recipients chosen and locked in id order, their
+    tasks, the summary, every event and the recipients' webhook deliveries — as one
+    statement in which Postgres builds the per-recipient rows, so the cost in Python does
+    not grow with the tenant. It stores what the portable path below stores
+    (tests/messaging/test_one_statement_paths.py)."""
+    me = sender.agent
+    now = timezone.now()
+    accepts, accepts_params = policy.recipient_accepts_sql("d", me, sensitivity)
+    reach, reach_params = "TRUE", []
+    if me is not None:
+        reach, reach_params = "d.id <> %s", [me.pk]
+        if not policy.within_ceiling(me, sensitivity):
+            reach = "FALSE"
+        elif not policy.allows_anyone(me.send_to):
+            reach += " AND d.id::text = ANY(%s)"
+            reach_params.append([str(i) for i in me.send_to or []])
+    delivery_metadata = _task_metadata(
+        sender, None, Task.Type.BROADCAST, broadcastId=str(broadcast_id)
+    )
+    summary_metadata = _task_metadata(
+        sender, None, Task.Type.BROADCAST_SUMMARY, broadcastId=str(broadcast_id)
+    )
+    summary_artifact = _artifact("deliveries", [])
+    columns = (
+        "id, tenant_id, sender_id, caller_id, recipient_id, context_id, type, state, awaiting,"
+        " broadcast_id, parent_id, thread_root_id, depth, message, history, artifacts,"
+        " metadata, sensitivity, search_text, push_configured, message_id, content_hash,"
+        " created_at, updated_at, status_at"
+    )
+    event_columns = (
+        "tenant_id, task_id, sender_agent_id, recipient_agent_id, actor_id, actor_label, kind,"
+        " from_state, to_state, payload, created_at"
+    )
+    sql = (
+        "WITH v AS (SELECT %s::jsonb AS m, %s::timestamptz AS now, %s::uuid AS bid,"
+        " %s::uuid AS tenant, %s::uuid AS sender, %s AS caller, %s AS sensitivity,"
+        " %s AS search, %s AS label),"
+        " r AS (SELECT d.id, d.webhook_url FROM agents_agent d"
+        f" WHERE d.tenant_id = %s AND d.status = 'active' AND {reach} AND {accepts}"
+        " ORDER BY d.id FOR NO KEY UPDATE),"
+        f" ins AS (INSERT INTO messaging_task ({columns})"
+        " SELECT gen_random_uuid(), v.tenant, v.sender, v.caller, r.id, r.id::text,"
+        " 'broadcast', 'input_required', 'recipient', v.bid, NULL, NULL, 0, v.m,"
+        " jsonb_build_array(v.m), jsonb_build_array(jsonb_build_object('artifactId',"
+        " 'message-' || left(replace(gen_random_uuid()::text, '-', ''), 12),"
+        " 'name', 'message', 'parts', v.m->'parts')),"
+        " %s::jsonb || jsonb_build_object('toAgentId', r.id::text), v.sensitivity, v.search,"
+        " false, NULL, '', v.now, v.now, v.now FROM r, v ORDER BY r.id"
+        " RETURNING id, tenant_id, sender_id, recipient_id, created_at),"
+        f" ev AS (INSERT INTO messaging_taskevent ({event_columns})"
+        " SELECT ins.tenant_id, ins.id, ins.sender_id, ins.recipient_id, ins.sender_id,"
+        " v.label, 'created', '', 'input_required', '{}', ins.created_at FROM ins, v"
+        " ORDER BY ins.recipient_id RETURNING id, task_id, recipient_agent_id),"
+        " n AS (SELECT count(*) AS count, coalesce(jsonb_agg(id::text ORDER BY recipient_id),"
+        " '[]') AS ids FROM ins),"
+        f" summary AS (INSERT INTO messaging_task ({columns})"
+        " SELECT %s, v.tenant, v.sender, v.caller, NULL, %s, 'broadcast_summary', 'completed',"
+        " '', v.bid, NULL, NULL, 0, v.m, jsonb_build_array(v.m),"
+        " jsonb_build_array(jsonb_build_object('artifactId', %s, 'name', 'deliveries',"
+        " 'parts', jsonb_build_array(jsonb_build_object('data', jsonb_build_object("
+        " 'recipientCount', n.count, 'deliveryTaskIds', n.ids))))),"
+        " %s::jsonb || jsonb_build_object('recipientCount', n.count), v.sensitivity, v.search,"
+        " false, %s, %s, v.now, v.now, v.now FROM v, n"
+        f" RETURNING {rows.select_list(Task, TASK_FIELDS)}),"
+        # After every delivery event (it reads ev), so the summary's event comes last.
+        f" sev AS (INSERT INTO messaging_taskevent ({event_columns})"
+        " SELECT summary.tenant_id, summary.id, summary.sender_id, NULL, summary.sender_id,"
+        " v.label, 'created', '', 'completed', %s, summary.created_at FROM summary, v"
+        " WHERE (SELECT count(*) FROM ev) >= 0 RETURNING id),"
+        " dl AS (INSERT INTO messaging_webhookdelivery (tenant_id, event_id, task_id, target,"
+        " agent_id, url, attempts, last_error, next_attempt_at, outcome, created_at,"
+        " updated_at)"
+        " SELECT v.tenant, ev.id, ev.task_id, %s, r.id, r.webhook_url, 0, '', v.now, %s,"
+        " v.now, v.now FROM ev JOIN r ON r.id = ev.recipient_agent_id, v"
+        " WHERE r.webhook_url <> '' RETURNING id)"
+        " SELECT summary.*, (SELECT max(id) FROM sev),"
+        " (SELECT array_agg(recipient_agent_id) FROM ev), (SELECT array_agg(id) FROM dl)"
+        " FROM summary"
+    )
+    params = [
+        Jsonb(message),
+        now,
+        broadcast_id,
+        sender.tenant.pk,
+        me.pk if me else None,
+        sender.caller_id,
+        sensitivity,
+        _search_text(message["parts"]),
+        _actor_label(sender),
+        sender.tenant.pk,
+        *reach_params,
+        *accepts_params,
+        Jsonb(delivery_metadata),
+        uuid.uuid4(),
+        str(me.id) if me else sender.caller_id,
+        summary_artifact["artifactId"],
+        Jsonb(summary_metadata),
+        message.get("messageId"),
+        digest,
+        Jsonb({"messageId": message["messageId"]} if message.get("messageId") else {}),
+        WebhookDelivery.Target.AGENT.value,
+        WebhookDelivery.Outcome.PENDING.value,
+    ]
+    guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
+    with guard, connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    n = len(TASK_FIELDS)
+    summary = rows.build(Task, TASK_FIELDS, row[:n])
+    last_event, recipients, deliveries = row[n:]
+    recipients = recipients or []
+    if deliveries:
+        push_delivery.enqueue_after_commit(list(deliveries))
+    metrics.events_written(len(recipients) + 1)
+    if recipients:
+        events.ring_after_commit(
+            agent_ids=recipients, event_id=last_event, tenant_id=sender.tenant.pk
+        )
+    metrics.sent("broadcast", len(recipients))
     return summary
 
 
@@ -584,8 +764,93 @@ def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str,
             {"messageId": message.get("messageId"), "parts": parts},
         )
 
-    task = _transition(sender, task_id, decide)
+    task = None
+    if action in _FAST_ACTIONS and connection.vendor == "postgresql":
+        task = _fast_recipient_transition(sender, task_id, action, message)
+    if task is None:
+        task = _transition(sender, task_id, decide)
     metrics.transition(action)
+    return task
+
+
+# The recipient taking an unread task (ack: done, accept: working on it) is most of the
+# lifecycle traffic; it changes state and appends the message to the history, nothing else.
+_FAST_ACTIONS = frozenset({Kind.ACK, Kind.ACCEPT})
+_RANK_SQL = " ".join(f"WHEN '{level}' THEN {rank}" for level, rank in SENSITIVITY_RANK.items())
+
+
+def _fast_recipient_transition(
+    sender: Sender, task_id: Any, action: str, message: dict[str, Any]
+) -> Task | None:
+    """Postgres: ack or accept in one statement, without reading the task first.
+
+    It applies only in the common case — the caller is the recipient of an unread task, the
+    policy lets it read the task, and no webhook or push config wants the event — and then
+    does exactly what `_transition` with the lifecycle table would: lock the parties (id
+    order), compare-and-set the task, append the message to its history, insert the event.
+    Anything else (another state, a refusal, a retry, a webhook, a restrictive allow-list)
+    returns None, and the caller takes the general path, which reads the task and gives the
+    right answer or error."""
+    me = sender.agent
+    pk = _task_pk(task_id)
+    if me is None or pk is None or not policy.allows_anyone(me.receive_from):
+        return None
+    transition = TRANSITIONS[action]
+    now = timezone.now()
+    parts = message.get("parts") or []
+    follow_up = {**message, "taskId": str(pk), "role": "ROLE_AGENT"}
+    payload = {"messageId": message.get("messageId"), "parts": parts}
+    returning = rows.select_list(Task, TASK_FIELDS)
+    sql = (
+        "WITH t AS (SELECT m.id, m.sender_id FROM messaging_task m"
+        " LEFT JOIN agents_agent s ON s.id = m.sender_id"
+        " WHERE m.id = %s AND m.tenant_id = %s AND m.recipient_id = %s"
+        " AND m.type <> 'broadcast_summary' AND m.state = 'input_required'"
+        " AND m.awaiting = 'recipient' AND NOT m.push_configured"
+        f" AND (CASE m.sensitivity {_RANK_SQL} ELSE 1 END) <= %s"
+        " AND (m.sender_id IS NULL OR m.sender_id = m.recipient_id"
+        " OR s.send_to @> '[\"*\"]'::jsonb OR s.send_to @> jsonb_build_array(%s::text))"
+        " AND NOT EXISTS (SELECT 1 FROM agents_agent w"
+        " WHERE w.id IN (m.sender_id, m.recipient_id) AND w.webhook_url <> ''"
+        " AND w.status = 'active')),"
+        " lk AS (SELECT a.id FROM agents_agent a, t WHERE a.id = t.sender_id OR a.id = %s"
+        " ORDER BY a.id FOR NO KEY UPDATE OF a),"
+        " upd AS (UPDATE messaging_task SET state = %s, awaiting = '',"
+        " history = messaging_task.history"
+        " || jsonb_build_array(%s::jsonb || jsonb_build_object('contextId', context_id)),"
+        " metadata = messaging_task.metadata - 'statusMessage', status_at = %s, updated_at = %s"
+        " WHERE id = (SELECT id FROM t) AND state = 'input_required' AND awaiting = 'recipient'"
+        f" AND NOT push_configured AND (SELECT count(*) FROM lk) > 0 RETURNING {returning}),"
+        " ev AS (INSERT INTO messaging_taskevent (tenant_id, task_id, sender_agent_id,"
+        " recipient_agent_id, actor_id, actor_label, kind, from_state, to_state, payload,"
+        " created_at)"
+        " SELECT tenant_id, id, sender_id, recipient_id, recipient_id, '', %s,"
+        " 'input_required', state, %s, updated_at FROM upd RETURNING id)"
+        " SELECT upd.*, ev.id FROM upd, ev"
+    )
+    params = [
+        pk,
+        sender.tenant.pk,
+        me.pk,
+        SENSITIVITY_RANK.get(me.disclosure_ceiling, 1),
+        str(me.pk),
+        me.pk,
+        transition.target,
+        Jsonb(follow_up),
+        now,
+        now,
+        action,
+        Jsonb({k: v for k, v in payload.items() if v not in (None, [], {})}),
+    ]
+    guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
+    with guard, connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    task = rows.build(Task, TASK_FIELDS, row[:-1])
+    metrics.events_written(1)
+    events.ring_after_commit(agent_ids=_party_ids(task), event_id=row[-1], tenant_id=task.tenant_id)
     return task
 
 

@@ -1,0 +1,145 @@
+"""`python -m bench.micro`: CPU of one operation in the web process and in its Postgres backend.
+
+For comparing two versions of the code on a machine other work shares. The full benchmark
+(`bench.run`) reads the server processes' CPU while a load runs, which is the figure the
+targets are about, but neighbours on the same cores inflate it by tens of percent from run
+to run. This runs the same requests one at a time through Django's full middleware stack
+(test client, no network, no WSGI server) and reads two clocks only: this thread's CPU and
+the CPU of the one Postgres backend serving it (/proc/<pid>/stat). Both count work done, not
+time waited, so they move little with the machine's load. The web figure lacks the WSGI
+server's own share (compare `bench.run`'s floor), and nothing here is concurrent.
+
+Needs the benchmark's environment: DATABASE_URL (a scratch database: this migrates it and
+adds a tenant per run) and optionally REDIS_URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _backend_cpu_ms(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / TICKS  # utime + stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sends", type=int, default=1000)
+    parser.add_argument("--broadcasts", type=int, default=50)
+    parser.add_argument("--agents", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5, help="report the least of rounds")
+    args = parser.parse_args()
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hikyaku.settings")
+    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/hikyaku_bench")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test import Client
+
+    from bench import a2a
+    from tenants import services as tenant_services
+
+    call_command("migrate", verbosity=0)
+    tenant = tenant_services.get_or_create_tenant(slug=f"micro-{uuid.uuid4().hex[:8]}")
+    key = tenant_services.create_api_key(tenant=tenant, label="bench micro").raw_key
+    client = Client()
+
+    def post(path: str, body: Any, token: str) -> dict:
+        resp = client.post(
+            path,
+            data=json.dumps(body),
+            content_type="application/json",
+            headers={"authorization": f"Bearer {token}", "a2a-version": "1.0"},
+        )
+        if resp.status_code not in (200, 201):
+            raise SystemExit(f"HTTP {resp.status_code} {resp.content[:300]!r}")
+        data = resp.json()
+        if "error" in data:
+            raise SystemExit(f"JSON-RPC error: {data['error']}")
+        return data
+
+    agents = [
+        post("/api/v1/agents", {"name": f"micro-{i}", "description": "micro"}, key)
+        for i in range(args.agents)
+    ]
+    connection.ensure_connection()
+
+    def measured(work) -> tuple[float, float, int]:
+        pid = connection.connection.info.backend_pid
+        web0, pg0 = time.thread_time() * 1000, _backend_cpu_ms(pid)
+        ops = work()
+        web, pg = time.thread_time() * 1000 - web0, _backend_cpu_ms(pid) - pg0
+        return web / ops, pg / ops, ops
+
+    def sends() -> int:
+        for i in range(args.sends):
+            src, dst = agents[i % len(agents)], agents[(i * 7 + 3) % len(agents)]
+            mid = f"m-{uuid.uuid4().hex}"
+            text = a2a.message_text(mid, dst["agent_id"], 256)
+            post(
+                "/a2a/",
+                a2a.send_message(message_id=mid, destination=dst["agent_id"], text=text),
+                src["agent_token"],
+            )
+        return args.sends
+
+    def drain() -> int:
+        acked = 0
+        for agent in agents:
+            while True:
+                page = post(
+                    "/a2a/", a2a.list_inbox(agent_id=agent["agent_id"]), agent["agent_token"]
+                )
+                tasks = page["result"]["tasks"]
+                if not tasks:
+                    break
+                for task in tasks:
+                    post(
+                        "/a2a/",
+                        a2a.ack(message_id=f"ack-{task['id']}", task_id=task["id"]),
+                        agent["agent_token"],
+                    )
+                    acked += 1
+        return acked
+
+    def broadcasts() -> int:
+        for i in range(args.broadcasts):
+            mid = f"b-{uuid.uuid4().hex}"
+            post(
+                "/a2a/",
+                a2a.send_message(message_id=mid, destination="*", text=f"micro {mid}"),
+                agents[i % len(agents)]["agent_token"],
+            )
+        return args.broadcasts * (len(agents) - 1)
+
+    results: dict[str, list[tuple[float, float]]] = {"send": [], "poll+ack": [], "broadcast": []}
+    for _ in range(args.rounds):
+        results["send"].append(measured(sends)[:2])
+        results["poll+ack"].append(measured(drain)[:2])
+        results["broadcast"].append(measured(broadcasts)[:2])
+        measured(drain)  # empty the broadcast deliveries, unmeasured
+
+    print(f"{'ms per op (least of rounds)':30} {'web':>7} {'pg':>7} {'total':>7}")
+    for name, samples in results.items():
+        # The least: interference from neighbours only ever adds CPU time.
+        web = min(s[0] for s in samples)
+        pg = min(s[1] for s in samples)
+        per = "per delivery" if name == "broadcast" else "per message"
+        print(f"{name + ', ' + per:30} {web:7.3f} {pg:7.3f} {web + pg:7.3f}")
+    print(f"load average: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
