@@ -362,7 +362,7 @@ def _store_unicast_in_one_statement(
         " status_at)"
         " SELECT %s, %s, %s, %s, dest.id, %s, 'unicast', 'input_required', 'recipient', NULL,"
         " %s, %s, %s, v.m, jsonb_build_array(v.m),"
-        " jsonb_build_array(jsonb_build_object('artifactId', %s, 'name', %s,"
+        " jsonb_build_array(jsonb_build_object('artifactId', %s::text, 'name', %s::text,"
         " 'parts', v.m->'parts')), %s, %s, %s, false, %s, %s, v.now, v.now, v.now"
         " FROM dest, v RETURNING id, tenant_id, sender_id, recipient_id, created_at),"
         " ev AS (INSERT INTO messaging_taskevent (tenant_id, task_id, sender_agent_id,"
@@ -602,7 +602,7 @@ def _broadcast_in_one_statement(
         if not policy.within_ceiling(me, sensitivity):
             reach = "FALSE"
         elif not policy.allows_anyone(me.send_to):
-            reach += " AND d.id::text = ANY(%s)"
+            reach += " AND d.id::text = ANY(%s::text[])"
             reach_params.append([str(i) for i in me.send_to or []])
     delivery_metadata = _task_metadata(
         sender, None, Task.Type.BROADCAST, broadcastId=str(broadcast_id)
@@ -623,8 +623,8 @@ def _broadcast_in_one_statement(
     )
     sql = (
         "WITH v AS (SELECT %s::jsonb AS m, %s::timestamptz AS now, %s::uuid AS bid,"
-        " %s::uuid AS tenant, %s::uuid AS sender, %s AS caller, %s AS sensitivity,"
-        " %s AS search, %s AS label),"
+        " %s::uuid AS tenant, %s::uuid AS sender, %s::text AS caller, %s::text AS sensitivity,"
+        " %s::text AS search, %s::text AS label),"
         " r AS (SELECT d.id, d.webhook_url FROM agents_agent d"
         f" WHERE d.tenant_id = %s AND d.status = 'active' AND {reach} AND {accepts}"
         " ORDER BY d.id FOR NO KEY UPDATE),"
@@ -646,7 +646,7 @@ def _broadcast_in_one_statement(
         f" summary AS (INSERT INTO messaging_task ({columns})"
         " SELECT %s, v.tenant, v.sender, v.caller, NULL, %s, 'broadcast_summary', 'completed',"
         " '', v.bid, NULL, NULL, 0, v.m, jsonb_build_array(v.m),"
-        " jsonb_build_array(jsonb_build_object('artifactId', %s, 'name', 'deliveries',"
+        " jsonb_build_array(jsonb_build_object('artifactId', %s::text, 'name', 'deliveries',"
         " 'parts', jsonb_build_array(jsonb_build_object('data', jsonb_build_object("
         " 'recipientCount', n.count, 'deliveryTaskIds', n.ids))))),"
         " %s::jsonb || jsonb_build_object('recipientCount', n.count), v.sensitivity, v.search,"
