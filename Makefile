@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format venv migrate bench bench-streams tck cluster cluster-stop cluster-status clean lock
+.PHONY: run test lint format venv migrate bench bench-streams bench-cluster tck cluster cluster-stop cluster-status clean lock
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ cluster-status:
 
 bench: $(STAMP)
 	@$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# One web process against two (same threads, same connections) on the `make cluster`
+# topology: sends/s, CPU per send, cores busy (bench/cluster.py). Writes bench/results/cluster.json.
+bench-cluster: $(STAMP)
+	@$(BIN)/python -m bench.cluster $(BENCH_ARGS)
 
 # Live streams (issue 4 targets): needs Postgres on 127.0.0.1:5432 and redis-server on PATH.
 bench-streams: $(STAMP)

@@ -218,3 +218,25 @@ def children_cpu_ms() -> float:
     """CPU of this process' terminated, waited-for children so far (e.g. wrk), in ms."""
     times = os.times()
     return (times.children_user + times.children_system) * 1000
+
+
+def per_core_ns() -> list[tuple[int, int]]:
+    """(busy, total) CPU time of each core so far, from the cpuN lines of /proc/stat, in ns."""
+    cores = []
+    for line in (_read("/proc/stat") or "").splitlines():
+        name, *fields = line.split()
+        if not (name.startswith("cpu") and name[3:].isdigit()):
+            continue
+        values = [int(v) for v in fields]
+        user, nice, system, idle, iowait, irq, softirq, steal = (values + [0] * 8)[:8]
+        busy = user + nice + system + irq + softirq + steal
+        cores.append((busy * TICK_NS, (busy + idle + iowait) * TICK_NS))
+    return cores
+
+
+def core_busy_percent(before: list[tuple[int, int]], after: list[tuple[int, int]]) -> list[float]:
+    """How busy each core was between two `per_core_ns` readings, in percent."""
+    return [
+        round(100 * (b1 - b0) / max(t1 - t0, 1), 1)
+        for (b0, t0), (b1, t1) in zip(before, after, strict=True)
+    ]

@@ -91,40 +91,66 @@ def _split(rows: list[PlanRow], parts: int) -> list[list[PlanRow]]:
 def _run_wrk(
     base_url: str, rows: list[PlanRow], *, concurrency: int, expect: str, timeout_s: float
 ) -> LoadResult:
-    shares = _split(rows, concurrency)
-    workdir = Path(tempfile.mkdtemp(prefix="hikyaku-bench-wrk-"))
+    return run_wrk_many(
+        [(base_url, rows)], concurrency=concurrency, expect=expect, timeout_s=timeout_s
+    )[0]
+
+
+def run_wrk_many(
+    targets: list[tuple[str, list[PlanRow]]],
+    *,
+    concurrency: int,
+    expect: str,
+    timeout_s: float = 600,
+) -> list[LoadResult]:
+    """One wrk process per (base URL, rows), all at once, each with `concurrency` connections:
+    e.g. one per web process of a cluster that has no proxy in front. Returns one LoadResult
+    per target; the generators' CPU is their total, split evenly between them."""
+    runs: list[tuple[subprocess.Popen, Path, int]] = []
+    cpu_before = children_cpu_ms()
     try:
-        for tid, share in enumerate(shares):
-            with open(workdir / f"plan-{tid}.txt", "w") as fh:
-                for row in share:
-                    fh.write(f"{row.id}\t{row.path}\t{row.authorization}\t{row.body}\n")
-        threads = len(shares)
-        env = {**os.environ, "BENCH_PLAN_DIR": str(workdir), "BENCH_EXPECT": expect}
-        cmd = [
-            wrk_path() or "wrk",
-            f"-t{threads}",
-            f"-c{threads}",
-            f"-d{int(timeout_s)}s",
-            "--timeout",
-            "30s",
-            "-s",
-            str(LUA_SCRIPT),
-            base_url,
-        ]
-        cpu_before = children_cpu_ms()
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for base_url, rows in targets:
+            shares = _split(rows, concurrency)
+            workdir = Path(tempfile.mkdtemp(prefix="hikyaku-bench-wrk-"))
+            for tid, share in enumerate(shares):
+                with open(workdir / f"plan-{tid}.txt", "w") as fh:
+                    for row in share:
+                        fh.write(f"{row.id}\t{row.path}\t{row.authorization}\t{row.body}\n")
+            threads = len(shares)
+            env = {**os.environ, "BENCH_PLAN_DIR": str(workdir), "BENCH_EXPECT": expect}
+            cmd = [
+                wrk_path() or "wrk",
+                f"-t{threads}",
+                f"-c{threads}",
+                f"-d{int(timeout_s)}s",
+                "--timeout",
+                "30s",
+                "-s",
+                str(LUA_SCRIPT),
+                base_url,
+            ]
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            runs.append((proc, workdir, threads))
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and proc.poll() is None:
-            if len(list(workdir.glob("report-*.txt"))) == threads:
-                break
-            time.sleep(0.01)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # every thread is done: let wrk print and exit
-        output, _ = proc.communicate(timeout=30)
-        client_cpu = children_cpu_ms() - cpu_before
-        return _parse_wrk(workdir, threads, client_cpu, output.decode(errors="replace"))
+        for proc, workdir, threads in runs:
+            while time.monotonic() < deadline and proc.poll() is None:
+                if len(list(workdir.glob("report-*.txt"))) == threads:
+                    break
+                time.sleep(0.01)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # every thread is done: let wrk print and exit
+        outputs = [proc.communicate(timeout=30)[0] for proc, _, _ in runs]
+        client_cpu = (children_cpu_ms() - cpu_before) / len(runs)
+        return [
+            _parse_wrk(workdir, threads, client_cpu, output.decode(errors="replace"))
+            for (_, workdir, threads), output in zip(runs, outputs, strict=True)
+        ]
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        for proc, workdir, _ in runs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _parse_wrk(workdir: Path, threads: int, client_cpu: float, output: str) -> LoadResult:

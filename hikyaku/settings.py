@@ -215,7 +215,10 @@ CELERY_BEAT_SCHEDULE: dict = {
         "task": "messaging.purge_expired",
         "schedule": env.float("HIKYAKU_PURGE_INTERVAL_SECONDS", default=3600.0),
     },
-    "retry-due-webhooks": {"task": "messaging.retry_due_webhooks", "schedule": 60.0},
+    "retry-due-webhooks": {
+        "task": "messaging.retry_due_webhooks",
+        "schedule": env.float("HIKYAKU_WEBHOOK_SWEEP_SECONDS", default=60.0),
+    },
 }
 
 REST_FRAMEWORK = {
@@ -288,7 +291,9 @@ HIKYAKU_WEBHOOK_BACKOFF_SECONDS = env.float("HIKYAKU_WEBHOOK_BACKOFF_SECONDS", d
 HIKYAKU_WEBHOOK_BACKOFF_CAP_SECONDS = env.float(
     "HIKYAKU_WEBHOOK_BACKOFF_CAP_SECONDS", default=600.0
 )
-# Pending deliveries overdue by this much are re-enqueued by the beat sweeper.
+# Beat's sweeper runs every HIKYAKU_WEBHOOK_SWEEP_SECONDS (60) and re-enqueues pending
+# deliveries overdue by this much: lost enqueues, and attempts whose worker died mid-POST
+# (their row stays claimed for the lease, 3 × timeout + 30 s, then falls due).
 HIKYAKU_WEBHOOK_SWEEP_GRACE_SECONDS = env.int("HIKYAKU_WEBHOOK_SWEEP_GRACE_SECONDS", default=60)
 
 # Observability (README, Operations). /metrics is open to loopback callers that did not come

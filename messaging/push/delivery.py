@@ -27,7 +27,7 @@ from functools import partial
 
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from agents.models import Agent
@@ -227,28 +227,60 @@ def backoff(attempts: int) -> float:
     return delay * random.uniform(0.9, 1.1)
 
 
+# What a claimed row says until its attempt records an outcome: if the worker dies mid-POST,
+# it stays there, and the row's `attempts` already counts the interrupted attempt.
+UNFINISHED = (
+    "No outcome recorded yet: in progress, or the worker was lost (retried after the lease)."
+)
+
+
 def attempt(*, delivery_id: int) -> float | None:
     """Make the next attempt of a pending delivery if it is due. Returns the delay before the
     following attempt, or None when there is nothing more to do (finished, not due, or
-    claimed by another worker)."""
+    claimed by another worker).
+
+    The claim counts the attempt before the POST starts, so an attempt whose worker was
+    killed is visible in the row (and counts towards HIKYAKU_WEBHOOK_MAX_ATTEMPTS: a
+    delivery that kills every worker that tries it ends as failed instead of looping)."""
     now = timezone.now()
     timeout = settings.HIKYAKU_WEBHOOK_TIMEOUT_SECONDS
     lease_until = now + timedelta(seconds=timeout * 3 + 30)
     claimed = (
         WebhookDelivery.objects.filter(pk=delivery_id, outcome=Outcome.PENDING)
         .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
-        .update(next_attempt_at=lease_until, updated_at=now)
+        .update(
+            next_attempt_at=lease_until,
+            attempts=F("attempts") + 1,
+            last_status=None,
+            last_error=UNFINISHED,
+            updated_at=now,
+        )
     )
     if not claimed:
         return None
     delivery = WebhookDelivery.objects.select_related(
         "agent", "push_config", "push_config__created_by"
     ).get(pk=delivery_id)
+    attempts = delivery.attempts  # this one included
+    if attempts > settings.HIKYAKU_WEBHOOK_MAX_ATTEMPTS:
+        _finish(
+            delivery,
+            Outcome.FAILED,
+            attempts=attempts - 1,
+            error="Gave up: the last attempt never recorded an outcome (its worker was lost).",
+        )
+        metrics.webhook_attempt("gave_up")
+        return None
     task = Task.objects.select_related("sender", "recipient").filter(pk=delivery.task_id).first()
     event = TaskEvent.objects.filter(pk=delivery.event_id).first()
     destination = _destination(delivery, task) if task and event else None
     if destination is None:
-        _finish(delivery, Outcome.DROPPED, error="The destination may no longer see this task.")
+        _finish(
+            delivery,
+            Outcome.DROPPED,
+            attempts=attempts - 1,  # nothing was posted
+            error="The destination may no longer see this task.",
+        )
         metrics.webhook_attempt("dropped")
         return None
     url, secret, extra_headers, dialect = destination
@@ -264,7 +296,6 @@ def attempt(*, delivery_id: int) -> float | None:
         headers[payloads.SIGNATURE_HEADER] = payloads.signature(secret, body)
     result = http.post(url, body=body, headers=headers, timeout=timeout)
     metrics.webhook_attempt(result.outcome)
-    attempts = delivery.attempts + 1
     if result.ok:
         _finish(delivery, Outcome.DELIVERED, attempts=attempts, status=result.status, url=url)
         return None

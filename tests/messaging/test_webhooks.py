@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from datetime import timedelta
 
 import pytest
 from a2a.types import StreamResponse
+from django.utils import timezone
 from google.protobuf.json_format import ParseDict
 
 from agents import services as agent_services
@@ -175,6 +177,45 @@ def test_backoff_is_exponential_and_capped(settings):
     delays = [delivery.backoff(n) for n in range(1, 9)]
     for delay, nominal in zip(delays, [2, 4, 8, 16, 32, 60, 60, 60], strict=True):
         assert nominal * 0.9 <= delay <= nominal * 1.1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_attempt_is_counted_and_leased_before_its_post(tenant, agent, receiver):
+    # If the worker dies mid-POST, the row already shows the attempt and why it is pending.
+    receiver.hang_seconds = 1.0
+    bob = with_webhook(tenant, "bob", receiver.url)
+    send(agent, bob.id)  # the embedded default's background thread attempts it after commit
+    receiver.wait_for(1)
+    row = only_delivery()
+    assert (row.outcome, row.attempts, row.last_error) == (
+        Outcome.PENDING,
+        1,
+        delivery.UNFINISHED,
+    )
+    assert row.next_attempt_at > timezone.now() + timedelta(seconds=30)  # the lease
+    assert delivery.attempt(delivery_id=row.pk) is None  # leased: no second POST meanwhile
+    row = wait_finished(row.pk)
+    assert (row.outcome, row.attempts, row.last_status, row.last_error) == (
+        Outcome.DELIVERED,
+        1,
+        200,
+        "",
+    )
+    assert len(receiver.requests) == 1
+
+
+@pytest.mark.django_db
+def test_a_delivery_whose_last_attempt_never_finished_gives_up(tenant, agent, receiver):
+    bob = with_webhook(tenant, "bob", receiver.url)
+    send(agent, bob.id)
+    row = only_delivery()
+    # As a worker killed during the last allowed attempt leaves it, once the lease ran out.
+    WebhookDelivery.objects.filter(pk=row.pk).update(attempts=4, last_error=delivery.UNFINISHED)
+    assert delivery.attempt(delivery_id=row.pk) is None
+    row.refresh_from_db()
+    assert (row.outcome, row.attempts) == (Outcome.FAILED, 4)
+    assert "never recorded an outcome" in row.last_error
+    assert receiver.requests == []
 
 
 @pytest.mark.django_db

@@ -49,6 +49,23 @@ def test_the_topology_has_every_service():
     }  # fmt: skip
 
 
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys; docker compose refuses the file instead."""
+
+    def construct_mapping(self, node, deep=False):
+        keys = [key.value for key, _ in node.value if key.tag != "tag:yaml.org,2002:merge"]
+        duplicates = sorted({k for k in keys if keys.count(k) > 1})
+        if duplicates:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate keys {duplicates}", node.start_mark
+            )
+        return super().construct_mapping(node, deep=deep)
+
+
+def test_the_compose_file_has_no_duplicate_keys():
+    yaml.load((REPO / "docker-compose.yml").read_text(), Loader=StrictLoader)
+
+
 def test_app_services_build_one_image_and_read_the_env_file():
     for name in APP_SERVICES:
         service = SERVICES[name]

@@ -3,6 +3,7 @@
 - `Server`: a broker process in its own process group, so a SIGKILL takes it down whole the
   way a crashed container would: granian in WSGI mode (the production web server) or uvicorn
   (`make run`, the stream server).
+- `Celery`: a Celery worker or beat process, in its own process group too.
 - `PrivatePostgres` / `PrivateRedis`: throwaway servers on ports 16800–16899 that a test may
   crash and restart without touching the machine's own.
 - `SendLoad`: several client threads sending unique messages with a ledger of every attempt
@@ -164,6 +165,74 @@ class Server:
             self.kill()
 
 
+class Celery:
+    """`celery -A hikyaku worker` or `beat` in its own process group (a SIGKILL takes the
+    worker's pool processes down with it, as a crashed container would)."""
+
+    def __init__(self, *, kind: str, name: str, env: dict[str, str]) -> None:
+        assert kind in ("worker", "beat"), kind
+        self.kind = kind
+        self.name = name
+        self.env = {**os.environ, "HIKYAKU_LOG_FORMAT": "text", **env}
+        self.log = ARTIFACTS / f"celery-{name}.log"
+        self.dir = Path(tempfile.mkdtemp(prefix="hikyaku-celery-"))
+        self.proc: subprocess.Popen | None = None
+
+    def command(self) -> list[str]:
+        common = [str(BIN / "celery"), "-A", "hikyaku", self.kind, "--loglevel", "INFO"]
+        if self.kind == "beat":
+            return [*common, "--schedule", str(self.dir / "celerybeat-schedule")]
+        return [
+            *common,
+            "--hostname",
+            f"{self.name}@%h",
+            "--concurrency",
+            "2",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
+
+    def start(self) -> Celery:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                self.command(),
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        ready = b" ready." if self.kind == "worker" else b"beat: Starting"
+
+        def started() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"celery {self.kind} exited early (see {self.log})")
+            return ready in self.log.read_bytes()
+
+        wait_until(started, timeout=60, what=f"celery {self.kind} {self.name}")
+        return self
+
+    def kill(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=15)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 # Private Postgres and Redis ---------------------------------------------------------------
 
 
@@ -274,8 +343,8 @@ class PrivatePostgres:
 
 
 class PrivateRedis:
-    def __init__(self) -> None:
-        self.port = port_in_range()
+    def __init__(self, *, ports: tuple[int, int] = (16800, 16899)) -> None:
+        self.port = port_in_range(*ports)
         self.proc: subprocess.Popen | None = None
 
     @staticmethod
