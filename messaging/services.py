@@ -1,8 +1,10 @@
 """Every write of the messaging core: sends, broadcasts and the task lifecycle (DESIGN.md §4).
 
-Each service is one transaction that compare-and-sets the task and appends its event rows.
-Lock order, everywhere: the task row (transitions only), then the agent rows of the parties in
-id order. Holding the parties' agent rows while writing an event makes every agent's events
+Each service is one transaction that compare-and-sets the task and appends its event rows
+(on Postgres, the hot ones are one statement each: docs/ARCHITECTURE.md, "Write paths").
+Lock order: the agent rows of the parties in id order, then the task row (Postgres's
+statements lock the parties before their UPDATE); the portable transactions lock the task
+row first, on databases that serialise writers anyway. Holding the parties' agent rows while writing an event makes every agent's events
 commit in event-id order, so a stream that has seen event N never misses a later commit with
 a smaller id (docs/ARCHITECTURE.md, "Ordering guarantee").
 """

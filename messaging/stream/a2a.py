@@ -20,12 +20,13 @@ answers the same requests by polling the database (`wsgi_response`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
 from a2a.compat.v0_3 import conversions
 from a2a.types import StreamResponse
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError
 from django.db.models import Max
 from django.http import StreamingHttpResponse
 from google.protobuf.json_format import ParseDict
@@ -202,7 +203,8 @@ async def jsonrpc_stream(
     except EnvelopeError as exc:
         await sse.send_json(send, 200, exc.response)
         return
-    try:
+
+    async def opened() -> Feed:
         dialect = dialect_for(sse.header(scope, b"a2a-version"))
         identity = await run_db(
             partial(
@@ -211,20 +213,46 @@ async def jsonrpc_stream(
                 agent_id=sse.header(scope, b"x-agent-id"),
             )
         )
-        feed = await run_db(begin, identity, dialect, request_id, method, params, retry=False)
-    except (Unauthenticated, RateLimited) as exc:
-        body = errors.response(request_id, errors.from_domain(exc))
-        await sse.send_json(send, exc.status, body, sse.error_headers(exc))
-        return
+        return await run_db(begin, identity, dialect, request_id, method, params, retry=False)
+
+    feed = await open_or_answer(send, request_id, method, opened)
+    if feed is not None:
+        await serve(feed, receive, send, kind="a2a")
+
+
+async def open_or_answer(
+    send: sse.Send,
+    request_id: Any,
+    method: str,
+    opened: Callable[[], Awaitable[Feed]],
+    special: Callable[[Any, HikyakuError], tuple[int, dict] | None] = lambda *_: None,
+) -> Feed | None:
+    """Authenticate and open a streaming method's feed (`opened`); when that fails, answer
+    in the JSON-RPC envelope instead of a stream — with the HTTP status of the error, or
+    what `special` makes of it — and return None."""
+    try:
+        return await opened()
     except HikyakuError as exc:
-        await sse.send_json(send, 200, errors.response(request_id, errors.from_domain(exc)))
-        return
+        answer = special(request_id, exc)
+        if answer is not None:
+            await sse.send_json(send, *answer)
+        elif isinstance(exc, Unauthenticated | RateLimited):
+            body = errors.response(request_id, errors.from_domain(exc))
+            await sse.send_json(send, exc.status, body, sse.error_headers(exc))
+        else:
+            await sse.send_json(send, 200, errors.response(request_id, errors.from_domain(exc)))
+    except DataError as exc:
+        # A value the database refuses is the request's fault (as in messaging/a2a/views.py).
+        log.warning("database refused a value during %s: %s", method, exc)
+        error = InvalidRequest(
+            "A value in the request cannot be stored (too long or out of range)."
+        )
+        await sse.send_json(send, 200, errors.response(request_id, errors.from_domain(error)))
     except DatabaseError as exc:
         log.warning("%s: database unavailable (%s)", method, exc.__class__.__name__)
         body = errors.response(request_id, errors.from_domain(ServiceUnavailable()))
         await sse.send_json(send, 503, body)
-        return
-    await serve(feed, receive, send, kind="a2a")
+    return None
 
 
 def wsgi_response(

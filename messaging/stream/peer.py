@@ -19,24 +19,16 @@ all such streams in one query).
 
 from __future__ import annotations
 
-import logging
 import re
 from functools import partial
 from typing import Any
-
-from django.db import DatabaseError, DataError
 
 from agents.auth import AgentIdentity, client_address
 from agents.models import Agent
 from agents.selectors import peer_reachability
 from hikyaku.errors import (
     AgentNotFound,
-    HikyakuError,
-    InvalidRequest,
-    RateLimited,
-    ServiceUnavailable,
     TaskNotFound,
-    Unauthenticated,
 )
 
 from ..a2a import errors, peer_view
@@ -54,11 +46,9 @@ from ..a2a.wire import Dialect
 from ..models import Task, TaskEvent
 from ..services import Sender
 from . import sse
-from .a2a import SEND, STREAMING_METHODS, TaskFeed, snapshot
+from .a2a import SEND, STREAMING_METHODS, TaskFeed, open_or_answer, snapshot
 from .db import run_db
 from .serve import serve
-
-log = logging.getLogger(__name__)
 
 # `/a2a/agents/<agent_id>/` (and without the trailing slash, as Django's route allows).
 PATH = re.compile(r"^/a2a/agents/(?P<agent_id>[^/]+)/?$")
@@ -161,7 +151,8 @@ async def agent_stream(
     except EnvelopeError as exc:
         await sse.send_json(send, 200, exc.response)
         return
-    try:
+
+    async def opened():
         call = await run_db(
             partial(
                 open_call,
@@ -173,28 +164,11 @@ async def agent_stream(
                 params=params,
             )
         )
-        feed = await run_db(begin_stream, call, request_id, method, retry=False)
-    except AgentNotFound as exc:
-        await sse.send_json(send, 404, agent_not_found(request_id, exc))
-        return
-    except (Unauthenticated, RateLimited) as exc:
-        body = errors.response(request_id, errors.from_domain(exc))
-        await sse.send_json(send, exc.status, body, sse.error_headers(exc))
-        return
-    except HikyakuError as exc:
-        await sse.send_json(send, 200, errors.response(request_id, errors.from_domain(exc)))
-        return
-    except DataError as exc:
-        # A value the database refuses is the request's fault (as in messaging/a2a/views.py).
-        log.warning("database refused a value during %s: %s", method, exc)
-        error = InvalidRequest(
-            "A value in the request cannot be stored (too long or out of range)."
-        )
-        await sse.send_json(send, 200, errors.response(request_id, errors.from_domain(error)))
-        return
-    except DatabaseError as exc:
-        log.warning("%s: database unavailable (%s)", method, exc.__class__.__name__)
-        body = errors.response(request_id, errors.from_domain(ServiceUnavailable()))
-        await sse.send_json(send, 503, body)
-        return
-    await serve(feed, receive, send, kind="a2a")
+        return await run_db(begin_stream, call, request_id, method, retry=False)
+
+    def unknown_agent(request_id: Any, exc: Exception) -> tuple[int, dict] | None:
+        return (404, agent_not_found(request_id, exc)) if isinstance(exc, AgentNotFound) else None
+
+    feed = await open_or_answer(send, request_id, method, opened, unknown_agent)
+    if feed is not None:
+        await serve(feed, receive, send, kind="a2a")
