@@ -84,7 +84,8 @@ class Config:
         for index, port in enumerate(self.web_ports, start=1):
             commands[f"web-{index}"] = [
                 str(BIN / "granian"), "--interface", "wsgi", "--host", self.host,
-                "--port", str(port), "--workers", str(self.web_workers), "--no-ws",
+                "--port", str(port), "--workers", str(self.web_workers),
+                "--blocking-threads", "4", "--no-ws",
                 "hikyaku.wsgi:application",
             ]  # fmt: skip
         commands["stream"] = [
