@@ -82,15 +82,18 @@ async def _lifespan(receive, send) -> None:
     message = await receive()
     if message["type"] != "lifespan.startup":
         return
+    phase = "startup"
     try:
         await hub.ensure_started()
         async with mcp_http.lifespan():
             await send({"type": "lifespan.startup.complete"})
+            phase = "shutdown"
             while (await receive())["type"] != "lifespan.shutdown":
                 pass
             await hub.stop()
     except Exception as exc:
-        await send({"type": "lifespan.startup.failed", "message": str(exc)})
+        # A failure while stopping is a failed shutdown, not a failed startup.
+        await send({"type": f"lifespan.{phase}.failed", "message": str(exc)})
         return
     await send({"type": "lifespan.shutdown.complete"})
 
