@@ -4,9 +4,10 @@ Each service is one transaction that compare-and-sets the task and appends its e
 (on Postgres, the hot ones are one statement each: docs/ARCHITECTURE.md, "Write paths").
 Lock order: the agent rows of the parties in id order, then the task row (Postgres's
 statements lock the parties before their UPDATE); the portable transactions lock the task
-row first, on databases that serialise writers anyway. Holding the parties' agent rows while writing an event makes every agent's events
-commit in event-id order, so a stream that has seen event N never misses a later commit with
-a smaller id (docs/ARCHITECTURE.md, "Ordering guarantee").
+row first, on databases that serialise writers anyway. Holding the parties' agent rows
+while writing an event makes every agent's events commit in event-id order, so a stream
+that has seen event N never misses a later commit with a smaller id (docs/ARCHITECTURE.md,
+"Ordering guarantee").
 """
 
 from __future__ import annotations
@@ -347,7 +348,7 @@ def _store_unicast_in_one_statement(
     hottest statement there is: constants are inlined, the message is encoded once and
     Postgres builds `history` and the message artifact from it, and the event takes its
     columns from the inserted task. What it stores is exactly what `task` and `event` hold
-    (tests/messaging/test_send_and_inbox.py compares it with the portable path's rows)."""
+    (tests/messaging/test_one_statement_paths.py compares it with the portable path's rows)."""
     accepts, accepts_params = policy.recipient_accepts_sql("d", sender.agent, sensitivity)
     # The recipient's webhook delivery, when it has a webhook (messaging/push/delivery.py).
     webhook_sql, webhook_params = push_delivery.new_task_delivery_sql(task, dest="dest", event="ev")
