@@ -160,9 +160,9 @@ def agent_box(
         except (TypeError, ValueError):
             raise InvalidRequest("Invalid cursor.", details={"cursor": ["invalid"]}) from None
         tasks = tasks.filter(Q(status_at__lt=stamp_dt) | Q(status_at=stamp_dt, id__lt=last_pk))
-    # Rendering a task needs only its own row: the parties' rows (three JSON columns each)
-    # would be most of the page's decoding cost.
-    page = list(tasks.order_by("-status_at", "-id")[: page_size + 1])
+    page = list(
+        tasks.select_related("sender", "recipient").order_by("-status_at", "-id")[: page_size + 1]
+    )
     next_cursor = ""
     if len(page) > page_size:
         page = page[:page_size]
