@@ -401,12 +401,7 @@ def _store_unicast_in_one_statement(
         Jsonb(event.payload),
         *webhook_params,
     ]
-    # Inside a caller's transaction, a savepoint keeps it usable when a retried messageId
-    # hits the unique constraint; at the top of a request the statement stands alone.
-    guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
-    with guard, connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = _one_statement(sql, params)
     if row is None:
         raise _destination_not_found(to)
     event.pk = row[0]
@@ -423,6 +418,17 @@ def _store_unicast_portably(
         rows.insert(task)
         rows.insert(event)
         push_delivery.schedule([event])  # webhooks, enqueued after commit
+
+
+def _one_statement(sql: str, params: list) -> tuple | None:
+    """Run a single-statement write (Postgres) and return its one row, if any. Inside a
+    caller's transaction a savepoint keeps that transaction usable when the statement fails
+    (a retried messageId hitting the unique constraint); at the top of a request the
+    statement stands alone, in autocommit."""
+    guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
+    with guard, connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
 
 
 def _agent_pk(value: str) -> uuid.UUID | None:
@@ -695,10 +701,7 @@ def _broadcast_in_one_statement(
         WebhookDelivery.Target.AGENT.value,
         WebhookDelivery.Outcome.PENDING.value,
     ]
-    guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
-    with guard, connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = _one_statement(sql, params)
     n = len(TASK_FIELDS)
     summary = rows.build(Task, TASK_FIELDS, row[:n])
     last_event, recipients, deliveries = row[n:]
@@ -846,10 +849,7 @@ def _fast_recipient_transition(
         action,
         Jsonb({k: v for k, v in payload.items() if v not in (None, [], {})}),
     ]
-    guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
-    with guard, connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = _one_statement(sql, params)
     if row is None:
         return None
     task = rows.build(Task, TASK_FIELDS, row[:-1])
@@ -1006,10 +1006,7 @@ def _compare_and_set(task: Task, expected: tuple, event: TaskEvent) -> bool:
         *event_params,
         *webhook_params,
     ]
-    guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
-    with guard, connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = _one_statement(sql, params)
     if row is None:
         return False
     event.pk = row[0]
