@@ -20,6 +20,9 @@ from __future__ import annotations
 import queue
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import pytest
 from django.db import connection
@@ -197,21 +200,51 @@ def live_latency(web: Server, sender, recipient, stream) -> float:
     return time.monotonic() - started
 
 
-@pytest.mark.django_db(transaction=True)
-def test_streams_catch_up_from_the_database_when_redis_dies(tenant):
+@dataclass
+class StreamedLoad:
+    """A private Redis, a stream server and a web server on it, one SSE stream per recipient
+    and a send load towards them (`streamed_load`)."""
+
+    redis: PrivateRedis
+    stream_server: Server
+    web: Server
+    senders: list
+    recipients: list
+    streams: dict = field(default_factory=dict)
+    load: SendLoad | None = None
+
+
+@contextmanager
+def streamed_load(tenant) -> Iterator[StreamedLoad]:
+    """Start everything, with the load running; stop it all on the way out (the streams open
+    at that moment included: a test that reopens them stores the new ones in `streams`)."""
     redis = PrivateRedis(ports=REDIS_PORTS).start()
     senders = [factories.agent(tenant, name=f"sender-{i}") for i in range(CLIENTS)]
     recipients = [factories.agent(tenant, name=f"recipient-{i}") for i in range(RECIPIENTS)]
     stream_server, web = stream_cluster(tenant, redis)
-    streams: dict = {}
+    world = StreamedLoad(redis, stream_server, web, senders, recipients)
     try:
-        streams = open_streams(stream_server, recipients)
-        load = SendLoad(
+        world.streams = open_streams(stream_server, recipients)
+        world.load = SendLoad(
             url=lambda: web.url,
             senders=[(a.id, a.token) for a in senders],
             recipients=[r.id for r in recipients],
             total=STREAM_TOTAL,
         ).start()
+        yield world
+    finally:
+        for stream in world.streams.values():
+            stream.close()
+        web.stop()
+        stream_server.stop()
+        redis.kill()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_streams_catch_up_from_the_database_when_redis_dies(tenant):
+    with streamed_load(tenant) as world:
+        redis, web, streams, load = world.redis, world.web, world.streams, world.load
+        senders, recipients = world.senders, world.recipients
         load.wait_for(300)
         redis.kill()
         killed_at = time.monotonic()
@@ -249,12 +282,6 @@ def test_streams_catch_up_from_the_database_when_redis_dies(tenant):
         ]
         assert max(latencies) < 0.5, latencies
         assert all(s.drain(0.3) == [] for s in streams.values())
-    finally:
-        for stream in streams.values():
-            stream.close()
-        web.stop()
-        stream_server.stop()
-        redis.kill()
 
     outcomes = load.outcomes()
     assert outcomes == Counter({"ok": STREAM_TOTAL}), outcomes
@@ -282,19 +309,8 @@ def test_streams_catch_up_from_the_database_when_redis_dies(tenant):
 
 @pytest.mark.django_db(transaction=True)
 def test_streams_resume_with_last_event_id_across_a_stream_server_sigkill(tenant):
-    redis = PrivateRedis(ports=REDIS_PORTS).start()
-    senders = [factories.agent(tenant, name=f"sender-{i}") for i in range(CLIENTS)]
-    recipients = [factories.agent(tenant, name=f"recipient-{i}") for i in range(RECIPIENTS)]
-    stream_server, web = stream_cluster(tenant, redis)
-    streams: dict = {}
-    try:
-        streams = open_streams(stream_server, recipients)
-        load = SendLoad(
-            url=lambda: web.url,
-            senders=[(a.id, a.token) for a in senders],
-            recipients=[r.id for r in recipients],
-            total=STREAM_TOTAL,
-        ).start()
+    with streamed_load(tenant) as world:
+        stream_server, streams, load = world.stream_server, world.streams, world.load
         load.wait_for(400)
         stream_server.kill()
         killed_at = time.monotonic()
@@ -309,18 +325,12 @@ def test_streams_resume_with_last_event_id_across_a_stream_server_sigkill(tenant
         stream_server.start()  # the same port again
         down_for = time.monotonic() - killed_at
         last_ids = {rid: events[-1].id for rid, events in received.items() if events}
-        streams = open_streams(stream_server, recipients, last_ids)
+        streams = world.streams = open_streams(stream_server, world.recipients, last_ids)
         load.join()
 
         expected = expected_tasks(load)
         receive(streams, received, expected, timeout=30)
         checked = check_exactly_once(received, expected)
-    finally:
-        for stream in streams.values():
-            stream.close()
-        web.stop()
-        stream_server.stop()
-        redis.kill()
 
     outcomes = load.outcomes()
     assert outcomes == Counter({"ok": STREAM_TOTAL}), outcomes
