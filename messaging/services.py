@@ -37,7 +37,7 @@ from hikyaku.errors import (
 from tenants.models import Tenant
 
 from . import events, policy
-from .models import TERMINAL_STATES, Task, TaskEvent, TaskState, WebhookDelivery
+from .models import TERMINAL_STATES, Task, TaskEvent, TaskState
 from .push import delivery as push_delivery
 
 Kind = TaskEvent.Kind
@@ -351,7 +351,11 @@ def _store_unicast_in_one_statement(
     (tests/messaging/test_one_statement_paths.py compares it with the portable path's rows)."""
     accepts, accepts_params = policy.recipient_accepts_sql("d", sender.agent, sensitivity)
     # The recipient's webhook delivery, when it has a webhook (messaging/push/delivery.py).
-    webhook_sql, webhook_params = push_delivery.new_task_delivery_sql(task, dest="dest", event="ev")
+    webhook_sql, webhook_params = push_delivery.new_task_delivery_sql(
+        task.tenant_id,
+        source="(SELECT ev.id AS event_id, ins.id AS task_id, dest.id AS agent_id,"
+        " dest.webhook_url AS url FROM dest, ins, ev WHERE dest.webhook_url <> '') AS new",
+    )
     artifact = task.artifacts[0]
     sql = (
         "WITH v AS (SELECT %s::jsonb AS m, %s::timestamptz AS now),"
@@ -621,6 +625,12 @@ def _broadcast_in_one_statement(
         sender, None, Task.Type.BROADCAST_SUMMARY, broadcastId=str(broadcast_id)
     )
     summary_artifact = _artifact("deliveries", [])
+    # The recipients' webhook deliveries, for those with a webhook (messaging/push/delivery.py).
+    webhook_sql, webhook_params = push_delivery.new_task_delivery_sql(
+        sender.tenant.pk,
+        source="(SELECT ev.id AS event_id, ev.task_id, r.id AS agent_id, r.webhook_url AS url"
+        " FROM ev JOIN r ON r.id = ev.recipient_agent_id WHERE r.webhook_url <> '') AS new",
+    )
     columns = (
         "id, tenant_id, sender_id, caller_id, recipient_id, context_id, type, state, awaiting,"
         " broadcast_id, parent_id, thread_root_id, depth, message, history, artifacts,"
@@ -667,12 +677,7 @@ def _broadcast_in_one_statement(
         " SELECT summary.tenant_id, summary.id, summary.sender_id, NULL, summary.sender_id,"
         " v.label, 'created', '', 'completed', %s, summary.created_at FROM summary, v"
         " WHERE (SELECT count(*) FROM ev) >= 0 RETURNING id),"
-        " dl AS (INSERT INTO messaging_webhookdelivery (tenant_id, event_id, task_id, target,"
-        " agent_id, url, attempts, last_error, next_attempt_at, outcome, created_at,"
-        " updated_at)"
-        " SELECT v.tenant, ev.id, ev.task_id, %s, r.id, r.webhook_url, 0, '', v.now, %s,"
-        " v.now, v.now FROM ev JOIN r ON r.id = ev.recipient_agent_id, v"
-        " WHERE r.webhook_url <> '' RETURNING id)"
+        f" dl AS ({webhook_sql} RETURNING id)"
         " SELECT summary.*, (SELECT max(id) FROM sev),"
         " (SELECT array_agg(recipient_agent_id) FROM ev), (SELECT array_agg(id) FROM dl)"
         " FROM summary"
@@ -698,8 +703,7 @@ def _broadcast_in_one_statement(
         message.get("messageId"),
         digest,
         Jsonb({"messageId": message["messageId"]} if message.get("messageId") else {}),
-        WebhookDelivery.Target.AGENT.value,
-        WebhookDelivery.Outcome.PENDING.value,
+        *webhook_params,
     ]
     row = _one_statement(sql, params)
     n = len(TASK_FIELDS)

@@ -69,12 +69,12 @@ def schedule(events: Iterable[TaskEvent]) -> None:
     transaction.on_commit(partial(enqueue, [row.id for row in created]))
 
 
-def new_task_delivery_sql(task: Task, *, dest: str, event: str) -> tuple[str, list]:
-    """Postgres, for sends that store a unicast task in one statement: the body of a
-    data-modifying CTE inserting the recipient's webhook delivery for the new task's event,
-    only when the recipient has a webhook. `dest` must yield the recipient's `id` and
-    `webhook_url` (already checked active), `event` the new event's `id`. Callers enqueue
-    the returned delivery id with `enqueue_after_commit`."""
+def new_task_delivery_sql(tenant_id, *, source: str) -> tuple[str, list]:
+    """Postgres, for sends stored in one statement (a unicast, a broadcast): the body of a
+    data-modifying CTE inserting the webhook deliveries of new tasks' `created` events.
+    `source` is a FROM item yielding one row per delivery — recipients with a webhook,
+    already checked active — with the columns `event_id`, `task_id`, `agent_id` and `url`.
+    Callers enqueue the returned delivery ids with `enqueue_after_commit`."""
     now = timezone.now()
     meta = WebhookDelivery._meta
     quote = connection.ops.quote_name
@@ -91,12 +91,10 @@ def new_task_delivery_sql(task: Task, *, dest: str, event: str) -> tuple[str, li
     )  # fmt: skip
     sql = (
         f"INSERT INTO {quote(meta.db_table)} ({columns})"
-        f" SELECT %s, {event}.id, %s, %s, {dest}.id, {dest}.webhook_url, 0, '', %s, %s, %s, %s"
-        f" FROM {dest}, {event} WHERE {dest}.webhook_url <> ''"
+        f" SELECT %s, event_id, task_id, %s, agent_id, url, 0, '', %s, %s, %s, %s FROM {source}"
     )
     params = [
-        prep("tenant", task.tenant_id),
-        prep("task_id", task.id),
+        prep("tenant", tenant_id),
         WebhookDelivery.Target.AGENT.value,
         prep("next_attempt_at", now),
         Outcome.PENDING.value,
