@@ -273,3 +273,44 @@ def test_tool_errors_are_one_readable_line(register, transport):
         assert empty.is_error and "Give text or data." in empty.content[0].text
 
     run(lambda: _with(factory, body))
+
+
+def test_stdio_poll_never_echoes_the_agents_own_actions(register):
+    """After accept, complete, ack, block, comment or reject, the next poll does not report
+    the agent's own change. The answer and the stream's echo race on two connections, so the
+    loop repeats it; a message sent after the actions marks the point by which every echo has
+    arrived (the stream is in event order)."""
+    me, peer = register("mcp-me"), register("peer")
+
+    def incoming(text: str) -> str:
+        return peer.run_json("send", "--to", me.agent_id, "--text", text)["task"]["id"]
+
+    async def news_until(client: Client, task_id: str) -> list[dict]:
+        items: list[dict] = []
+        for _ in range(30):
+            result = await call(client, "poll", wait=1)
+            items += result.structured_content["items"]
+            if any(item["task"]["id"] == task_id for item in items):
+                return items
+        raise AssertionError(f"poll never returned {task_id}")
+
+    async def body(client: Client) -> None:
+        task = incoming("first")
+        assert [i["task"]["id"] for i in await news_until(client, task)] == [task]
+        for round in range(12):
+            await call(client, "accept", task_id=task)
+            if round % 3 == 1:
+                await call(client, "comment", task_id=task, text="looking")
+                await call(client, "block", task_id=task, question="which one?")
+            await call(client, "complete", task_id=task, text=f"done {round}")
+            acked, rejected = incoming(f"ack me {round}"), incoming(f"reject me {round}")
+            items = await news_until(client, rejected)
+            assert sorted(i["task"]["id"] for i in items) == sorted([acked, rejected]), items
+            assert {i["event"] for i in items} == {"message"}
+            await call(client, "ack", task_id=acked)
+            await call(client, "reject", task_id=rejected, reason="no")
+            task = incoming(f"next {round}")
+            items = await news_until(client, task)
+            assert [(i["event"], i["task"]["id"]) for i in items] == [("message", task)], items
+
+    run(lambda: _with(stdio_for(me), body))
