@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .wire import matches_state
+
 Fingerprint = tuple[str, str, str, int, int]
 
 
@@ -151,7 +153,7 @@ class InboxBuffer:
         """Remove and return matching items, oldest first; the rest stay buffered."""
         selected: list[Item] = []
         for item in self._items.values():
-            if status and (item.task.get("status") or {}).get("state") != status:
+            if status and not matches_state(item.task, status):
                 continue
             if since is not None:
                 moment = _moment(item.task)

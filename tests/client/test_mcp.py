@@ -84,6 +84,9 @@ async def exercise_every_tool(client: Client, me: Agent, peer: Agent) -> None:
     update = await poll_for(client, t1)
     assert update["event"] == "task-update"
     assert update["task"]["metadata"]["awaiting"] == "sender"
+    assert "[blocked]" in (await call(client, "get_task", task_id=t1)).content[0].text
+    waiting = await call(client, "outbox", status="blocked")
+    assert [t["id"] for t in waiting.structured_content["tasks"]] == [t1]
     replied = await call(client, "reply", task_id=t1, text="main")
     assert replied.structured_content["task"]["status"]["state"] == "TASK_STATE_WORKING"
     peer.run_json("complete", t1, "--text", "fixed")
@@ -98,7 +101,9 @@ async def exercise_every_tool(client: Client, me: Agent, peer: Agent) -> None:
         return peer.run_json("send", "--to", me.agent_id, "--text", text)["task"]["id"]
 
     t2 = incoming("Review PR #42")
-    news = await poll_for(client, t2)
+    unread = await call(client, "poll", status="unread", wait=10)
+    assert [i["task"]["id"] for i in unread.structured_content["items"]] == [t2]
+    news = unread.structured_content["items"][0]
     assert news["event"] == "message" and "Review PR #42" in str(news["task"]["artifacts"])
     await call(client, "accept", task_id=t2)
     await call(client, "comment", task_id=t2, text="looking")

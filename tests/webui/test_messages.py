@@ -71,6 +71,29 @@ def test_inbox_filters_by_state_and_searches_text(owner_client, agent, peer):
     assert task_ids(html) == [] and "No match" in html
 
 
+def test_inbox_tabs_speak_the_human_state_names(owner_client, agent, peer):
+    unread, blocked = send(agent, peer), send(agent, peer)
+    act(peer, blocked, "accept")
+    act(peer, blocked, "block", {"text": "Which branch?"})
+    base = f"/ui/t/acme/agents/{peer.id}/inbox/"
+    html = owner_client.get(base).content.decode()
+    tabs = re.findall(r'data-testid="state-(\w+)">([^<]+)<span class="count">(\d+)', html)
+    assert tabs[1:4] == [
+        ("unread", "Unread", "1"),
+        ("working", "Working", "0"),
+        ("blocked", "Blocked", "1"),
+    ]
+    assert "Input required" not in html
+    assert task_ids(owner_client.get(base + "?state=unread").content.decode()) == [str(unread.pk)]
+    assert task_ids(owner_client.get(base + "?state=blocked").content.decode()) == [str(blocked.pk)]
+    page = owner_client.get(f"/ui/t/acme/tasks/{blocked.pk}/").content.decode()
+    assert re.findall(r'data-testid="transition">([^<]+)<', page) == [
+        "→ Unread",
+        "Unread → Working",
+        "Working → Blocked",
+    ]
+
+
 def test_inbox_pages_with_a_cursor(owner_client, agent, peer):
     sent = [send(agent, peer, {"text": f"message {n}"}) for n in range(30)]
     base = f"/ui/t/acme/agents/{peer.id}/inbox/"
@@ -165,7 +188,7 @@ def test_task_page_shows_the_question_of_a_blocked_task(owner_client, agent, pee
     act(peer, task, "block", {"text": "Which branch?"})
     html = owner_client.get(f"/ui/t/acme/tasks/{task.pk}/").content.decode()
     assert "Question to the sender" in html and "Which branch?" in html
-    assert "Waiting for sender" in html
+    assert 'data-testid="task-state">Blocked<' in html
 
 
 def test_a_broadcast_summary_lists_its_deliveries(owner_client, tenant, agent, peer):

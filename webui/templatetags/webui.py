@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 
-from messaging.models import TaskState
+from messaging import states
 
 register = template.Library()
 
@@ -102,12 +102,23 @@ def results(task: Any) -> list[dict]:
 
 @register.filter
 def state_label(task: Any) -> str:
-    if task.state == "input_required":
-        return "Unread" if task.awaiting == "recipient" else "Waiting for sender"
-    return task.get_state_display()
+    """A task's state in the human vocabulary (messaging/states.py): "Unread", "Blocked"…"""
+    return states.of_task(task.state, task.awaiting).label
 
 
 @register.filter
-def state_name(value: str) -> str:
-    """A stored task state ("input_required") as people read it ("Input required")."""
-    return dict(TaskState.choices).get(value, value)
+def timeline(events: list[Any]) -> list[tuple[Any, Any, Any]]:
+    """(event, state before, state after) in the human vocabulary, oldest first: whose turn
+    an INPUT_REQUIRED was follows from the verbs before it."""
+    rows, before = [], None
+    for event in events:
+        after = states.after_event(event.kind, event.to_state, before)
+        rows.append((event, before, after))
+        before = after
+    return rows
+
+
+@register.filter
+def state_css(task: Any) -> str:
+    """The badge class: the human state's name."""
+    return states.of_task(task.state, task.awaiting).name

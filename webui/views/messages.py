@@ -14,6 +14,7 @@ from agents import selectors as agent_selectors
 from agents.models import Agent
 from hikyaku.errors import HikyakuError
 from messaging import selectors as messaging_selectors
+from messaging import states
 from messaging.models import Task, TaskState
 from messaging.services import Sender, send_message
 
@@ -21,14 +22,6 @@ from ..forms import BROADCAST, SendMessageForm, add_service_error
 from .base import TenantContext, render_page, tenant_view
 
 TASKS_PER_PAGE = 25
-STATE_LABELS = {
-    TaskState.INPUT_REQUIRED: "Input required",
-    TaskState.WORKING: "Working",
-    TaskState.COMPLETED: "Completed",
-    TaskState.REJECTED: "Rejected",
-    TaskState.FAILED: "Failed",
-    TaskState.CANCELED: "Canceled",
-}
 
 
 def live_events_url(ctx: TenantContext, agent: Agent) -> str:
@@ -42,8 +35,14 @@ def live_events_url(ctx: TenantContext, agent: Agent) -> str:
 
 def _box_view(request: HttpRequest, ctx: TenantContext, agent_id: Any, box: str) -> HttpResponse:
     agent = agent_selectors.agent_in_tenant(tenant=ctx.tenant, agent_id=agent_id)
+    # The human vocabulary (messaging/states.py); a stored name filters too (input_required:
+    # unread and blocked together, no tab of its own).
     state = request.GET.get("state", "")
-    if state not in TaskState.values:
+    human = states.BY_NAME.get(state)
+    stored, awaiting = (human.state, human.awaiting) if human else ("", None)
+    if human is None and state in TaskState.values:
+        stored = state
+    elif human is None:
         state = ""
     q = request.GET.get("q", "").strip()[:200]
     cursor = request.GET.get("cursor", "")
@@ -52,14 +51,21 @@ def _box_view(request: HttpRequest, ctx: TenantContext, agent_id: Any, box: str)
             tenant=ctx.tenant,
             agent=agent,
             box=box,
-            state=state,
+            state=stored,
+            awaiting=awaiting,
             q=q,
             cursor=cursor,
             page_size=TASKS_PER_PAGE,
         )
     except HikyakuError:  # a mangled cursor: start from the newest
         page = messaging_selectors.agent_box(
-            tenant=ctx.tenant, agent=agent, box=box, state=state, q=q, page_size=TASKS_PER_PAGE
+            tenant=ctx.tenant,
+            agent=agent,
+            box=box,
+            state=stored,
+            awaiting=awaiting,
+            q=q,
+            page_size=TASKS_PER_PAGE,
         )
         cursor = ""
     context = {
@@ -78,7 +84,7 @@ def _box_view(request: HttpRequest, ctx: TenantContext, agent_id: Any, box: str)
     counts = messaging_selectors.agent_box_counts(tenant=ctx.tenant, agent=agent, box=box)
     context.update(
         total=sum(counts.values()),
-        filters=[(value, STATE_LABELS[value], counts[value]) for value in TaskState.values],
+        filters=[(h.name, h.label, counts[h.name]) for h in states.HUMAN_STATES],
         live_url=live_events_url(ctx, agent),
     )
     return render_page(request, "webui/agent_box.html", context, ctx=ctx)
