@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import render
-from ..errors import HikyakuError
+from ..errors import BrokerError, HikyakuError
 from ..http import HikyakuClient
 from ..sse import InboxStream
 from ..wire import build_parts
@@ -58,12 +58,24 @@ async def _show_task(client: HikyakuClient, out: Output, task: dict[str, Any]) -
 async def cmd_register(args, client: HikyakuClient, out: Output) -> None:
     if args.skills is not None and not isinstance(args.skills, list):
         raise UsageError("register: --skills must be a JSON list of skill objects")
-    result = await client.register(
-        name=args.name,
-        description=args.description,
-        skills=args.skills,
-        webhook_url=args.webhook_url,
-    )
+    try:
+        result = await client.register(
+            name=args.name,
+            description=args.description,
+            skills=args.skills,
+            webhook_url=args.webhook_url,
+        )
+    except BrokerError as exc:
+        if exc.code != "AGENT_NAME_TAKEN":
+            raise
+        raise BrokerError(
+            f"An agent named {args.name!r} is already registered in this tenant "
+            f"[HTTP 409 AGENT_NAME_TAKEN]. Register under another --name, or free the name: "
+            f"`{PROG} agents --search {shlex.quote(args.name)}` shows the agent holding it, "
+            f"and `{PROG} deregister` run as that agent (or an owner in the web UI) removes it.",
+            code=exc.code,
+            status=exc.status,
+        ) from None
     if out.as_json:
         out.json(result)
         return

@@ -51,9 +51,32 @@ def test_register_json_has_the_compat_fields_and_the_token(client_broker, api_ke
     )
     assert result.returncode == 0, result.stderr
     body = result.json()
-    assert {"agent_id", "api_key", "agent_token", "name", "registered_at"} <= body.keys()
-    assert body["api_key"] == api_key and body["name"] == "carol"
+    # The tenant key is never printed back (the REST answer keeps it for old clients).
+    assert {"agent_id", "agent_token", "name", "registered_at"} == body.keys()
+    assert api_key not in result.stdout + result.stderr and body["name"] == "carol"
     assert body["agent_token"].startswith("hka_")
+
+
+def test_registering_a_taken_name_says_what_to_do(client_broker, api_key, register):
+    dana = register("dana")
+    env = base_env(HIKYAKU_URL=client_broker.url, HIKYAKU_API_KEY=api_key)
+    again = hikyaku("register", "--name", "dana", "--description", "second", env=env)
+    assert again.returncode == 1 and again.stdout == ""
+    one_error_line(again, "An agent named 'dana' is already registered in this tenant")
+    assert "another --name" in again.stderr and "hikyaku agents --search dana" in again.stderr
+    assert "HTTP 409 AGENT_NAME_TAKEN" in again.stderr
+    assert dana.run("deregister").returncode == 0  # deregistering frees the name
+    assert hikyaku("register", "--name", "dana", "--description", "x", env=env).returncode == 0
+
+
+def test_send_addresses_an_agent_by_name(register):
+    alice, bob = register("alice"), register("bob")
+    sent = alice.run_json("send", "--to", "bob", "--text", "by name")["task"]
+    assert sent["metadata"]["toAgentId"] == bob.agent_id
+    assert [t["id"] for t in bob.run_json("poll")] == [sent["id"]]
+    unknown = alice.run("send", "--to", "nobody-by-that-name", "--text", "x")
+    assert unknown.returncode == 1
+    one_error_line(unknown, "Destination agent not found: nobody-by-that-name")
 
 
 def test_register_also_takes_the_key_as_an_option(client_broker, api_key):

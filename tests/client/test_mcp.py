@@ -76,7 +76,7 @@ async def exercise_every_tool(client: Client, me: Agent, peer: Agent) -> None:
     assert detail.structured_content["agent"]["name"] == peer.name
 
     # A task I send: the peer asks me a question, I reply, the peer completes it.
-    mine = await call(client, "send", to=peer.agent_id, text="Fix the build")
+    mine = await call(client, "send", to=peer.name, text="Fix the build")  # a name is an address
     t1 = mine.structured_content["task"]["id"]
     assert mine.structured_content["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     peer.run_json("accept", t1)
@@ -276,6 +276,12 @@ def test_tool_errors_are_one_readable_line(register, transport):
         assert "\n" not in content.text
         empty = await client.call_tool("send", {"to": me.agent_id})
         assert empty.is_error and "Give text or data." in empty.content[0].text
+        taken = await client.call_tool(
+            "register", {"name": me.name, "description": "again", "api_key": me.api_key}
+        )
+        assert taken.is_error and "\n" not in taken.content[0].text
+        assert f"An agent named '{me.name}' is already registered" in taken.content[0].text
+        assert "AGENT_NAME_TAKEN" in taken.content[0].text
 
     run(lambda: _with(factory, body))
 
