@@ -11,19 +11,68 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# The key of an older default, refused wherever it is still configured.
 DEV_SECRET_KEY = "dev-insecure-hikyaku-secret-key-change-me"
 
 env = environ.Env()
 if env.bool("HIKYAKU_READ_DOT_ENV", default=False):
     environ.Env.read_env(BASE_DIR / ".env")
 
-DEBUG = env.bool("DJANGO_DEBUG", default=True)
-SECRET_KEY = env.str("DJANGO_SECRET_KEY", default=DEV_SECRET_KEY)
+# Safe to expose by default (`make run` with HOST=0.0.0.0 included): debug pages only with
+# DJANGO_DEBUG=true (`make dev`).
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'hikyaku.sqlite3'}")
+}
+
+
+def _secret_key_file() -> Path:
+    """Where a generated key is kept: beside the SQLite file, else in the project folder."""
+    name = DATABASES["default"].get("NAME") or ""
+    if DATABASES["default"]["ENGINE"].endswith("sqlite3") and name and name != ":memory:":
+        return Path(name).with_suffix(".secret_key")
+    return BASE_DIR / "hikyaku.secret_key"
+
+
+def _generated_secret_key(path: Path) -> str:
+    """The key in `path`, created on first use (mode 0600). Every process of one install
+    reads the same file, so sessions survive restarts; two first starts at once agree,
+    because the file appears whole or not at all (a hard link, not a write in place)."""
+    import os
+    import secrets
+
+    if not path.exists():
+        scratch = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(50))
+        try:
+            os.link(scratch, path)
+        except FileExistsError:
+            pass
+        finally:
+            scratch.unlink()
+    return path.read_text().strip()
+
+
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="") or _generated_secret_key(
+    Path(env.str("HIKYAKU_SECRET_KEY_FILE", default=str(_secret_key_file())))
+)
 if not DEBUG and SECRET_KEY == DEV_SECRET_KEY:
     raise ImproperlyConfigured(
-        "DJANGO_DEBUG is off but DJANGO_SECRET_KEY is the development key: set a real secret."
+        "DJANGO_DEBUG is off but DJANGO_SECRET_KEY is the old development key: set a real "
+        "secret, or unset it to have one generated."
     )
-ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["*"] if DEBUG else ["localhost"])
+HIKYAKU_BASE_URL = env.str("HIKYAKU_BASE_URL", default="").rstrip("/")
+# Loopback names by default; serving other clients (HOST=0.0.0.0) means naming the host they
+# use in DJANGO_ALLOWED_HOSTS (or HIKYAKU_BASE_URL).
+_default_hosts = ["localhost", "127.0.0.1", "[::1]"]
+if HIKYAKU_BASE_URL:
+    from urllib.parse import urlsplit
+
+    _default_hosts.append(urlsplit(HIKYAKU_BASE_URL).hostname or "localhost")
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["*"] if DEBUG else _default_hosts)
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
@@ -50,6 +99,7 @@ MIDDLEWARE = [
     "hikyaku.request_log.request_log_middleware",
     "django.middleware.security.SecurityMiddleware",
     "hikyaku.middleware.security_headers_middleware",
+    "hikyaku.error_pages.machine_errors_middleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "hikyaku.middleware.BodyLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -84,9 +134,6 @@ TEMPLATES = [
 # Database: a SQLite file by default, Postgres via DATABASE_URL. Connections are not kept
 # across requests (CONN_MAX_AGE=0) because persistent connections leak under ASGI; the
 # WSGI web processes may opt in with DATABASE_CONN_MAX_AGE.
-DATABASES = {
-    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'hikyaku.sqlite3'}")
-}
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
 # A health check costs a `SELECT 1` round trip on every request. Without it, a persistent
 # connection broken by a database restart fails one request (503; clients retry with the same
@@ -183,7 +230,11 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
-SESSION_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=not DEBUG)
+# Secure cookies need HTTPS: on by default when the public URL is https (the proxy's TLS);
+# `make run` serves plain HTTP, where a browser would drop them and no login would hold.
+SESSION_COOKIE_SECURE = env.bool(
+    "DJANGO_SECURE_COOKIES", default=HIKYAKU_BASE_URL.startswith("https://")
+)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
@@ -252,7 +303,6 @@ SPECTACULAR_SETTINGS = {
 }
 
 # Product settings.
-HIKYAKU_BASE_URL = env.str("HIKYAKU_BASE_URL", default="").rstrip("/")
 HIKYAKU_MAX_BODY_BYTES = env.int("HIKYAKU_MAX_BODY_BYTES", default=1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = HIKYAKU_MAX_BODY_BYTES
 HIKYAKU_MAX_MESSAGE_BYTES = env.int("HIKYAKU_MAX_MESSAGE_BYTES", default=256 * 1024)

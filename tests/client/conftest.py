@@ -79,7 +79,7 @@ def client_broker(django_db_setup, django_db_blocker) -> Iterator[BrokerProcess]
 def create_api_key(tenant: str) -> str:
     """A tenant key made the way an operator makes one."""
     result = subprocess.run(
-        [sys.executable, "manage.py", "createapikey", "--tenant", tenant, "--json"],
+        [sys.executable, "manage.py", "createapikey", "--create", "--tenant", tenant, "--json"],
         cwd=ROOT,
         env=base_env(DATABASE_URL=test_database_url()),
         capture_output=True,

@@ -238,6 +238,16 @@ def test_sending_a_broadcast_with_data(owner_client, tenant, agent, peer):
     assert summary.message["parts"] == [{"text": "release"}, {"data": {"version": "1.2"}}]
 
 
+def test_the_send_form_preselects_no_recipient_and_requires_one(owner_client, agent, peer):
+    page = owner_client.get("/ui/t/acme/send/").content.decode()
+    to = page[page.index('name="to"') : page.index("</select>", page.index('name="to"'))]
+    assert re.findall(r"<option[^>]*selected[^>]*>([^<]*)<", to) == ["Choose a recipient…"]
+    assert "Everyone (broadcast)" in to
+    response = send_form(owner_client, sender=agent.id, to="", text="hi")
+    assert response.status_code == 400 and "This field is required." in response.content.decode()
+    assert not Task.objects.exists()
+
+
 def test_resubmitting_the_send_form_delivers_once(owner_client, agent, peer):
     page = owner_client.get("/ui/t/acme/send/")
     once = re.search(r'name="once" value="([^"]+)"', page.content.decode()).group(1)

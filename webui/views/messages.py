@@ -18,7 +18,7 @@ from messaging import states
 from messaging.models import Task, TaskState
 from messaging.services import Sender, send_message
 
-from ..forms import BROADCAST, SendMessageForm, add_service_error
+from ..forms import SendMessageForm, add_service_error
 from .base import TenantContext, render_page, tenant_view
 
 TASKS_PER_PAGE = 25
@@ -140,7 +140,7 @@ def send(request: HttpRequest, ctx: TenantContext) -> HttpResponse:
                 return redirect("webui:task", slug=ctx.tenant.slug, task_id=task.pk)
         status = 400
     else:
-        initial = {"once": secrets.token_hex(16), "to": BROADCAST}
+        initial = {"once": secrets.token_hex(16)}
         if request.GET.get("from"):
             initial["sender"] = request.GET["from"]
         if request.GET.get("to"):
