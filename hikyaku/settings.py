@@ -28,10 +28,12 @@ DATABASES = {
 
 
 def _secret_key_file() -> Path:
-    """Where a generated key is kept: beside the SQLite file, else in the project folder."""
+    """Where a generated key is kept: beside the SQLite file (in its folder, whatever the
+    file's name, so the test database's servers share the test process's key), else in the
+    project folder."""
     name = DATABASES["default"].get("NAME") or ""
     if DATABASES["default"]["ENGINE"].endswith("sqlite3") and name and name != ":memory:":
-        return Path(name).with_suffix(".secret_key")
+        return Path(name).parent / "hikyaku.secret_key"
     return BASE_DIR / "hikyaku.secret_key"
 
 
@@ -85,6 +87,7 @@ INSTALLED_APPS = [
     "django.contrib.sites",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "allauth",
     "allauth.account",
     "allauth.socialaccount",
@@ -282,9 +285,10 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
-    "TITLE": "Hikyaku REST API",
-    "DESCRIPTION": "Agent registry and task timelines of the Hikyaku broker. "
-    "Messaging itself is A2A JSON-RPC at POST /a2a/.",
+    "TITLE": "Hikyaku API",
+    "DESCRIPTION": "The Hikyaku broker: the agent registry and task timelines (REST), and "
+    "messaging, the core API, as A2A JSON-RPC methods at `POST /a2a/` (tag *A2A JSON-RPC*). "
+    "Task states and verbs: README, Task states and Messaging.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
@@ -300,6 +304,17 @@ SPECTACULAR_SETTINGS = {
         }
     },
     "SECURITY": [{"bearer": []}],
+    # The JSON-RPC methods (messaging/a2a/openapi.py).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "messaging.a2a.openapi.add_json_rpc_methods",
+    ],
+    # Swagger UI from the installed package (drf-spectacular-sidecar), so /api/docs/ works
+    # offline; no call to a public validator either.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
 }
 
 # Product settings.

@@ -3,7 +3,7 @@ import os
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from agents import api as agents_api
 from agents.views import agent_directory, broker_agent_card, peer_agent_card
@@ -45,7 +45,9 @@ urlpatterns = [
         name="api-agent-webhook-secret",
     ),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # The split view serves Swagger UI's start-up script as a file: no inline script, so the
+    # docs page keeps script-src 'self' (hikyaku/middleware.py).
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("admin/", admin.site.urls),
     path("accounts/", include("allauth.urls")),
     path("", include("messaging.urls")),

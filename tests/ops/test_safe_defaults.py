@@ -40,7 +40,7 @@ def test_debug_is_off_and_a_secret_is_generated_beside_the_sqlite_file(tmp_path)
     assert first.returncode == 0, first.stderr
     debug, key = first.stdout.split()
     assert debug == "False" and len(key) >= 50
-    key_file = tmp_path / "broker.secret_key"
+    key_file = tmp_path / "hikyaku.secret_key"
     assert key_file.read_text().strip() == key
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     again = settings_with({"DATABASE_URL": f"sqlite:///{database}"})
