@@ -191,6 +191,9 @@ ACCOUNT_LOGIN_METHODS = {"email"}
 ACCOUNT_SIGNUP_FIELDS = ["email*", "password1*", "password2*"]
 ACCOUNT_EMAIL_VERIFICATION = env.str("HIKYAKU_EMAIL_VERIFICATION", default="optional")
 ACCOUNT_LOGOUT_ON_GET = False
+# What people's e-mails say they come from (the Site's name too: webui/apps.py).
+HIKYAKU_SITE_NAME = env.str("HIKYAKU_SITE_NAME", default="Hikyaku")
+ACCOUNT_EMAIL_SUBJECT_PREFIX = f"[{HIKYAKU_SITE_NAME}] "
 LOGIN_REDIRECT_URL = "/ui/"
 LOGIN_URL = "/accounts/login/"
 ACCOUNT_LOGOUT_REDIRECT_URL = "/accounts/login/"

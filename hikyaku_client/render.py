@@ -243,7 +243,8 @@ def task_detail(task: dict[str, Any], names: dict[str, str] | None = None):
     _row(table, "updated", local_time(task.get("status", {}).get("timestamp")))
     _row(table, "from", sender_label(task, names))
     if meta.get("type") == "broadcast_summary":
-        _row(table, "to", f"broadcast to {meta.get('recipientCount', '?')} agents")
+        count = meta.get("recipientCount", "?")
+        _row(table, "to", f"broadcast to {count} agent{'' if count == 1 else 's'}")
     else:
         _row(table, "to", recipient_label(task, names))
     _row(table, "type", str(meta.get("type", "")))

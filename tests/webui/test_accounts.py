@@ -57,7 +57,8 @@ def test_logging_out_needs_a_post(client):
     assert client.get("/ui/").status_code == 200
     response = client.post("/accounts/logout/")
     assert response["Location"] == "/accounts/login/"
-    assert client.get("/ui/").status_code == 302
+    assert "Sign up" in client.get("/ui/").content.decode()  # the landing page, signed out
+    assert client.get("/ui/tenants/new/").status_code == 302
 
 
 def test_no_oidc_button_without_a_configured_provider(client):

@@ -185,8 +185,8 @@ def test_log_in_out_and_password_reset_pages(browser_session):
     page.get_by_role("button", name="Log out").click()
     page.wait_for_url(lambda url: "/ui/" not in url)
 
-    page.goto("/ui/")
-    page.wait_for_url("**/accounts/login/?next=/ui/")
+    page.goto("/ui/tenants/new/")
+    page.wait_for_url("**/accounts/login/?next=/ui/tenants/new/")
     expect(page.get_by_text("Log in with")).to_have_count(0)  # no OIDC provider configured
     ui.shot("00-log-in")
     page.fill("input[name=login]", "grace@example.com")

@@ -33,6 +33,13 @@ def ago(value: datetime | None) -> str:
 
 
 @register.filter
+def possessive(name: str) -> str:
+    """ "Bob's", "Acme Robots'": English possessive of a name."""
+    name = str(name)
+    return f"{name}'" if name.endswith(("s", "S")) else f"{name}'s"
+
+
+@register.filter
 def pretty_json(value: Any) -> str:
     """Indented JSON text (escaped by the template like any other text)."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
