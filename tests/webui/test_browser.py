@@ -261,6 +261,9 @@ def test_inbox_and_task_pages_update_live_without_reload(browser_session):
     row = inbox.locator(f"tr[data-task-id='{task_id}']")
     expect(row).to_contain_text("Ship it when green.")
     expect(row.get_by_test_id("task-state")).to_have_text("Unread")
+    # The filter tabs count along (they are outside the refreshed list).
+    expect(inbox.locator("[data-count=all]")).to_have_text("1")
+    expect(inbox.locator("[data-count=unread]")).to_have_text("1")
 
     # The task page (open in the first tab) follows the ack without a reload.
     expect(page.get_by_test_id("task-state")).to_have_text("Unread")
@@ -284,4 +287,6 @@ def test_inbox_and_task_pages_update_live_without_reload(browser_session):
     assert "error" not in acked.json(), acked.text
     expect(page.get_by_test_id("task-state")).to_have_text("Completed")
     expect(row.get_by_test_id("task-state")).to_have_text("Completed")
+    expect(inbox.locator("[data-count=unread]")).to_have_text("0")
+    expect(inbox.locator("[data-count=completed]")).to_have_text("1")
     ui.assert_no_console_errors()

@@ -78,10 +78,11 @@ def _box_view(request: HttpRequest, ctx: TenantContext, agent_id: Any, box: str)
         "state": state,
         "q": q,
     }
-    if request.GET.get("fragment"):
-        # The list alone, for live refreshes (static/js/live.js).
-        return render_page(request, "webui/_task_list.html", context, ctx=ctx)
     counts = messaging_selectors.agent_box_counts(tenant=ctx.tenant, agent=agent, box=box)
+    if request.GET.get("fragment"):
+        # The list alone, for live refreshes (static/js/live.js), with the tabs' new counts.
+        context["live_counts"] = [("all", sum(counts.values())), *counts.items()]
+        return render_page(request, "webui/_task_list.html", context, ctx=ctx)
     context.update(
         total=sum(counts.values()),
         filters=[(h.name, h.label, counts[h.name]) for h in states.HUMAN_STATES],
