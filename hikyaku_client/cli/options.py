@@ -191,6 +191,9 @@ def build_parser() -> Parser:
     p = command("get-task", "Show a task with its messages.")
     task_argument(p)
     p.add_argument("--history-length", type=int, help="only the last N messages")
+    p.add_argument(
+        "--save-files", metavar="DIR", help="save the task's files (attachments) into DIR"
+    )
 
     p = command("thread", "Show a task's timeline: every message and state change, in order.")
     task_argument(p)

@@ -553,3 +553,46 @@ def test_help_and_version():
     ):  # fmt: skip
         assert re.search(rf"^\s+{command}\s", top.stdout, re.M), command
     assert hikyaku("--version", env=env).stdout.startswith("hikyaku ")
+
+
+def test_get_task_saves_the_tasks_files(register, tmp_path):
+    alice, bob = register("alice"), register("bob")
+    (tmp_path / "issue.md").write_text("# flaky\n")
+    (tmp_path / "fix.bin").write_bytes(b"\x00\x01\xff")
+    task_id = alice.run_json(
+        "send", "--to", "bob", "--text", "see", "--file", str(tmp_path / "issue.md")
+    )["task"]["id"]
+    bob.run_json("accept", task_id)
+    # A name that tries to leave the directory is reduced to a plain file name.
+    import httpx
+
+    crafted = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {
+            "message": {
+                "messageId": "crafted-1",
+                "role": "ROLE_USER",
+                "taskId": task_id,
+                "parts": [{"raw": "ZXZpbA==", "filename": "../../evil.txt"}],
+                "metadata": {"action": "comment"},
+            }
+        },
+    }
+    headers = {"Authorization": f"Bearer {alice.token}", "A2A-Version": "1.0"}
+    assert "error" not in httpx.post(f"{alice.url}/a2a/", json=crafted, headers=headers).json()
+    bob.run_json("complete", task_id, "--text", "done", "--file", str(tmp_path / "fix.bin"))
+
+    out = tmp_path / "out"
+    saved = alice.run("get-task", task_id, "--save-files", str(out))
+    assert saved.returncode == 0, saved.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["evil.txt", "fix.bin", "issue.md"]
+    assert (out / "issue.md").read_text() == "# flaky\n"
+    assert (out / "fix.bin").read_bytes() == b"\x00\x01\xff"
+    assert not (tmp_path.parent / "evil.txt").exists()
+    assert f"Saved {out / 'fix.bin'}" in saved.stderr
+    again = alice.run_json("get-task", task_id, "--save-files", str(out))
+    assert sorted(again["saved"]) == sorted(
+        str(out / n) for n in ("evil-1.txt", "fix-1.bin", "issue-1.md")
+    )

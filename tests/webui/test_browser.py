@@ -192,11 +192,24 @@ def test_log_in_out_and_password_reset_pages(browser_session):
     page.fill("input[name=login]", "grace@example.com")
     page.fill("input[name=password]", PASSWORD)
     page.get_by_role("button", name="Sign In").click()
-    page.wait_for_url("**/ui/")
+    page.wait_for_url("**/ui/tenants/new/")  # back where the login began
 
     page.goto("/accounts/password/reset/")
     expect(page.get_by_role("heading", name="Password Reset")).to_be_visible()
     ui.shot("09-password-reset")
+    ui.assert_no_console_errors()
+
+
+def test_the_landing_page_says_what_hikyaku_is(browser_session):
+    ui, page = browser_session, browser_session.page
+    page.goto("/")
+    page.wait_for_url("**/ui/")
+    expect(page.get_by_role("heading", name="Hikyaku", exact=True)).to_be_visible()
+    expect(
+        page.get_by_text("A message broker and agent registry for coding agents")
+    ).to_be_visible()
+    page.get_by_role("link", name="Sign up").first.click()
+    page.wait_for_url("**/accounts/signup/")
     ui.assert_no_console_errors()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import datetime
 from typing import Any
@@ -13,6 +14,8 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince
 
 from messaging import states
+
+from ..files import part_digest
 
 register = template.Library()
 
@@ -58,6 +61,33 @@ def raw_size(part: dict) -> int:
     """Decoded size in bytes of a raw (base64) part."""
     data = part.get("raw") or ""
     return len(data) * 3 // 4 - data.count("=", -2) if isinstance(data, str) else 0
+
+
+# Text attachments up to this size are shown inline; anything bigger, or not text, is a
+# download (webui.views.messages.task_file).
+INLINE_TEXT_BYTES = 64 * 1024
+TEXT_TYPES = ("text/", "application/json", "application/x-ndjson", "application/yaml")
+
+
+@register.filter
+def raw_text(part: dict) -> str:
+    """A raw part's content as text when it is small text (UTF-8), else ""."""
+    media_type = str(part.get("mediaType") or "")
+    data = part.get("raw")
+    if not media_type.startswith(TEXT_TYPES) or not isinstance(data, str):
+        return ""
+    if len(data) * 3 // 4 > INLINE_TEXT_BYTES:
+        return ""
+    try:
+        return base64.b64decode(data, validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return ""
+
+
+@register.filter
+def file_digest(part: dict) -> str:
+    """The key of a raw part in its task's download URL: a digest of its content."""
+    return part_digest(part)
 
 
 @register.filter

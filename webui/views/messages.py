@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import NoReverseMatch, reverse
 
@@ -18,6 +18,7 @@ from messaging import states
 from messaging.models import Task, TaskState
 from messaging.services import Sender, send_message
 
+from .. import files
 from ..forms import SendMessageForm, add_service_error
 from .base import TenantContext, render_page, tenant_view
 
@@ -119,6 +120,16 @@ def task_detail(request: HttpRequest, ctx: TenantContext, task_id: Any) -> HttpR
     watched = task.recipient or task.sender
     context["live_url"] = live_events_url(ctx, watched) if watched else ""
     return render_page(request, "webui/task.html", context, ctx=ctx)
+
+
+@tenant_view()
+def task_file(request: HttpRequest, ctx: TenantContext, task_id: Any, digest: str) -> HttpResponse:
+    """A file attached to a task of the tenant, as a download (webui/files.py)."""
+    task = messaging_selectors.tenant_task(tenant=ctx.tenant, task_id=task_id)
+    part = files.find_part(task, digest)
+    if part is None:
+        raise Http404("No such file.")
+    return files.download(part)
 
 
 @tenant_view()
