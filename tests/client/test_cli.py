@@ -24,7 +24,7 @@ def one_error_line(result, pattern: str) -> None:
 
 def test_register_prints_export_lines_that_eval_in_a_shell(client_broker, api_key):
     env = base_env(HIKYAKU_URL=client_broker.url, HIKYAKU_API_KEY=api_key)
-    result = hikyaku("register", "--name", "alice", "--description", "reviews code", env=env)
+    result = hikyaku("register", "--name", "evelyn", "--description", "reviews code", env=env)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert all(line.startswith(("# ", "export ")) for line in lines), lines
@@ -33,14 +33,14 @@ def test_register_prints_export_lines_that_eval_in_a_shell(client_broker, api_ke
     assert re.search(r"^export HIKYAKU_AGENT_TOKEN=hka_\w+$", result.stdout, re.M)
     # The lines work as advertised: eval them, then act as the new agent.
     shell = subprocess.run(
-        ["bash", "-c", 'eval "$(hikyaku register --name bob --description x)" && hikyaku whoami'],
+        ["bash", "-c", 'eval "$(hikyaku register --name frank --description x)" && hikyaku whoami'],
         env={**env, "PATH": f"{BIN}:{env.get('PATH', '')}"},
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert shell.returncode == 0, shell.stderr
-    assert re.search(r"name\s+bob", shell.stdout)
+    assert re.search(r"name\s+frank", shell.stdout)
 
 
 def test_register_json_has_the_compat_fields_and_the_token(client_broker, api_key):
