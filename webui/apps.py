@@ -22,4 +22,7 @@ class WebuiConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        post_migrate.connect(name_the_site, sender=self)
+        from django.apps import apps
+
+        # After the sites app's own handler (connected first), which makes example.com.
+        post_migrate.connect(name_the_site, sender=apps.get_app_config("sites"))
