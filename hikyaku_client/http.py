@@ -375,8 +375,9 @@ class HikyakuClient:
             params["metadata"] = {"box": "outbox"}
             if peer:
                 params["contextId"] = peer
-        else:
-            params["contextId"] = self.credentials.require_agent_id()
+        elif self.credentials.agent_id:
+            # Optional (the credentials say whose inbox it is); sent for older brokers.
+            params["contextId"] = self.credentials.agent_id
         if status:
             params["status"] = normalize_state(status)
         if since:

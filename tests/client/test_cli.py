@@ -596,3 +596,11 @@ def test_get_task_saves_the_tasks_files(register, tmp_path):
     assert sorted(again["saved"]) == sorted(
         str(out / n) for n in ("evil-1.txt", "fix-1.bin", "issue-1.md")
     )
+
+
+def test_a_mistyped_agent_token_is_named_as_such(client_broker):
+    env = base_env(HIKYAKU_URL=client_broker.url, HIKYAKU_AGENT_TOKEN="hka_truncated")
+    result = hikyaku("agents", env=env)
+    assert result.returncode == 1
+    one_error_line(result, "Invalid agent token")
+    assert "API key" not in result.stderr
