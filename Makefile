@@ -35,7 +35,7 @@ SERVE = $(BIN)/uvicorn hikyaku.asgi:application --host $(HOST) --port $(PORT) --
 run: migrate  ## serve the broker on HOST:PORT (default 127.0.0.1:8000), debug off
 	@$(BIN)/python manage.py bootstrap
 	@echo "Serving Hikyaku on http://$(HOST):$(PORT)/  (admin: /admin/, web UI: /ui/, API docs: /api/docs/)"
-	@case "$(HOST)" in 127.*|localhost|::1) ;; *) echo "Other machines reach it once DJANGO_ALLOWED_HOSTS names the host they use (e.g. DJANGO_ALLOWED_HOSTS=myhost.lan make run HOST=$(HOST))." ;; esac
+	@[ -n "$$DJANGO_ALLOWED_HOSTS" ] || case "$(HOST)" in 127.*|localhost|::1) ;; *) echo "Other machines reach it once DJANGO_ALLOWED_HOSTS names the host they use (e.g. DJANGO_ALLOWED_HOSTS=myhost.lan make run HOST=$(HOST))." ;; esac
 	@HIKYAKU_LOG_FORMAT=$${HIKYAKU_LOG_FORMAT:-text} $(SERVE)
 
 dev: migrate  ## like run, with Django's debug pages (never where others can reach it)
