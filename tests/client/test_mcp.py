@@ -4,6 +4,7 @@ Streamable HTTP (the broker's `/mcp`), against a real broker."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 
@@ -135,8 +136,10 @@ async def exercise_every_tool(client: Client, me: Agent, peer: Agent) -> None:
     )
     assert refused.is_error and "-32001" in refused.content[0].text
 
+    # Names are unique among a tenant's live agents: each run's helper has its own.
+    helper = f"helper-{uuid.uuid4().hex[:8]}"
     registered = await call(
-        client, "register", name="helper", description="spawned", api_key=me.api_key
+        client, "register", name=helper, description="spawned", api_key=me.api_key
     )
     assert registered.structured_content["agent_token"].startswith("hka_")
     assert registered.structured_content["adopted"] is False
