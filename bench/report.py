@@ -307,3 +307,83 @@ def _row(figure: str, value, ratio, limits, digits: int = 2) -> str:
         f"{ratio('hikyaku-0.3', figure, 'old-0.3'):>9}{ratio('hikyaku-1.0', figure, 'old-0.3'):>9}"
         f"{('≤ ' + str(limit) + '×') if limit else '':>9}"
     )
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """The README's side-by-side table: `python -m bench.report [bench/results/latest.json]`."""
+    med, targets = summary["medians"], summary["targets"]
+    limits = {(f, o, r): limit for f, o, r, limit in TARGETS}
+
+    def value(key: str, figure: str, digits: int = 2) -> str:
+        return _fmt(med.get(key, {}).get(figure, {}).get("median"), digits)
+
+    def judged(figure: str, ours: str, reference: str) -> str:
+        for t in targets:
+            if (t["figure"], t["ours"], t["reference"]) == (figure, ours, reference):
+                ratios = "/".join(_fmt(r) for r in t["ratios_by_round"])
+                mark = {True: "met", False: "**missed**", None: "not measured"}[t["met"]]
+                return f"{_fmt(t['median_ratio'])}× ({ratios}) {mark}"
+        mine = med.get(ours, {}).get(figure, {}).get("median")
+        theirs = med.get(reference, {}).get(figure, {}).get("median")
+        return f"{_fmt(mine / theirs)}×" if mine and theirs else "—"
+
+    lines = [
+        "| median of the rounds | Hikyaku, 0.3 path | Hikyaku, 1.0 path | old broker "
+        "| 0.3 / old (by round) | 1.0 / old (by round) | target |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for figure in ("send_cpu_ms", "poll_ack_cpu_ms", "broadcast_cpu_ms", "send_p50_ms"):
+        lines.append(_md_row(figure, value, judged, limits))
+    lines.append(_md_row("send_p99_ms", value, judged, limits))
+    lines.append(_md_row("sends_per_s", value, judged, limits, digits=0))
+    lines.append(
+        f"| send / floor ({value('floor', 'floor_cpu_ms')} ms) "
+        f"| {judged('send_cpu_ms', 'hikyaku-0.3', 'floor')} "
+        f"| {judged('send_cpu_ms', 'hikyaku-1.0', 'floor')} | | | | ≤ 2.0× |"
+    )
+    lost = " | ".join(
+        "{lost}/{duplicated}/{cross_delivered}".format(**summary["checks"][k])
+        if k in summary["checks"]
+        else "—"
+        for k in ("hikyaku-0.3", "hikyaku-1.0", "old-0.3")
+    )
+    lines.append(f"| lost/duplicated/cross-delivered | {lost} | | | 0 |")
+    if "embedded-1.0" in med:
+        lines += [
+            "",
+            "| embedded default (`make run`), 1.0 path | embedded | production (1.0 path) "
+            "| embedded / production (by round) | target |",
+            "|---|---|---|---|---|",
+        ]
+        for figure in ("send_cpu_ms", "poll_ack_cpu_ms", "send_p50_ms", "send_p99_ms"):
+            lines.append(
+                f"| {FIGURES[figure]} | {value('embedded-1.0', figure)} "
+                f"| {value('hikyaku-1.0', figure)} "
+                f"| {judged(figure, 'embedded-1.0', 'hikyaku-1.0')} | ≤ 1.5× |"
+            )
+        lines.append(
+            f"| {FIGURES['sends_per_s']} | {value('embedded-1.0', 'sends_per_s', 0)} "
+            f"| {value('hikyaku-1.0', 'sends_per_s', 0)} | | |"
+        )
+    return "\n".join(lines)
+
+
+def _md_row(figure: str, value, judged, limits, digits: int = 2) -> str:
+    limit = limits.get((figure, "hikyaku-1.0", "old-0.3"))
+    return (
+        f"| {FIGURES[figure]} | {value('hikyaku-0.3', figure, digits)} "
+        f"| {value('hikyaku-1.0', figure, digits)} | {value('old-0.3', figure, digits)} "
+        f"| {judged(figure, 'hikyaku-0.3', 'old-0.3')} | {judged(figure, 'hikyaku-1.0', 'old-0.3')} "
+        f"| {('≤ ' + str(limit) + '×') if limit else ''} |"
+    )
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+    from pathlib import Path
+
+    path = Path(
+        sys.argv[1] if len(sys.argv) > 1 else Path(__file__).with_name("results") / "latest.json"
+    )
+    print(markdown(json.loads(path.read_text())))

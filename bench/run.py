@@ -86,6 +86,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--output", type=Path, default=RESULTS / "latest.json")
     p.add_argument(
+        "--profile-clock",
+        action="store_true",
+        help="with --profile: sample every thread on the clock (py-spy --idle), waits included, "
+        "instead of CPU only; the summary goes to bench/results/profile-clock.json",
+    )
+    p.add_argument(
         "--profile",
         action="store_true",
         help="one round, without the old broker: sample Hikyaku's servers with py-spy during "
@@ -236,12 +242,13 @@ def main(argv: list[str] | None = None) -> int:
             from .profile import Profiler
 
             out_dir = RESULTS / "profile"
+            clock = args.profile_clock
             profilers = {
-                f"hikyaku-{d.name}": Profiler(production.web.pid, out_dir)
+                f"hikyaku-{d.name}": Profiler(production.web.pid, out_dir, clock=clock)
                 for d in production.dialects
             }
             if embedded:
-                profilers["embedded-1.0"] = Profiler(embedded.web.pid, out_dir)
+                profilers["embedded-1.0"] = Profiler(embedded.web.pid, out_dir, clock=clock)
         runner = Runner(args, profilers)
         for number in range(1, args.rounds + 1):
             print(f"Round {number} of {args.rounds}", flush=True)
@@ -277,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["loadavg_at_end"] = [round(v, 2) for v in os.getloadavg()]
     output = args.output
     if args.profile:
-        output = RESULTS / "profile.json"
+        output = RESULTS / ("profile-clock.json" if args.profile_clock else "profile.json")
         summary = {
             "profile": {name: p.summary() for name, p in profilers.items()},
             "note": "py-spy samples of the web processes during send and poll+ack; the CPU "
