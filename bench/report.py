@@ -285,6 +285,15 @@ def table(summary: dict[str, Any]) -> str:
             f"duplicated {c['duplicated']}, cross-delivered {c['cross_delivered']}, failed sends "
             f"{c['failed_sends']}, failed acks {c['failed_acks']}"
         )
+    queries = summary.get("queries_per_op") or {}
+    if queries and "error" not in queries:
+        lines.append(
+            "Hikyaku's SQL statements per request and in-process CPU ms (bench/queries.py): "
+            + ", ".join(
+                f"{name} {q['queries']} / {q['median_cpu_ms_in_process']:.2f}"
+                for name, q in queries.items()
+            )
+        )
     lines.append("targets (issue 13; median of the rounds' ratios):")
     for t in summary["targets"]:
         mark = {True: "met", False: "MISSED", None: "not measured"}[t["met"]]
