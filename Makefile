@@ -65,7 +65,9 @@ cluster-stop:  ## stop it
 cluster-status:  ## show its processes
 	@$(BIN)/python scripts/cluster.py status
 
-bench: $(STAMP)  ## the messaging benchmark (needs Postgres, Redis, wrk)
+# Hikyaku (0.3 and 1.0 paths), the old broker it replaces and the embedded default, side by
+# side in alternating rounds (bench/run.py). Writes bench/results/latest.json and history.jsonl.
+bench: $(STAMP)  ## Hikyaku and the broker it replaces, side by side (Postgres, Redis, wrk)
 	@$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 # One web process against two (same threads, same connections) on the `make cluster`

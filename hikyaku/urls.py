@@ -1,5 +1,3 @@
-import os
-
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
@@ -54,10 +52,6 @@ urlpatterns = [
     path("ui/", include("webui.urls")),
     path("favicon.ico", RedirectView.as_view(url="/static/img/favicon.svg", permanent=True)),
 ]
-
-# The benchmark's floor view (bench/floor.py), mounted only for `make bench`.
-if os.environ.get("HIKYAKU_BENCH_FLOOR") == "1":
-    urlpatterns.append(path("", include("bench.floor")))
 
 
 # Errors in each surface's own shape (hikyaku/error_pages.py).
