@@ -52,6 +52,7 @@ _ERROR_MEANINGS = {
     401: "UNAUTHORIZED: missing or invalid credentials.",
     403: "FORBIDDEN: agents may only change themselves.",
     404: "AGENT_NOT_FOUND / NOT_FOUND: unknown, deregistered, or another tenant's.",
+    409: "AGENT_NAME_TAKEN: a live agent of the tenant already has this name.",
     413: "PAYLOAD_TOO_LARGE: the body exceeds the limit.",
     429: "RATE_LIMITED: slow down; see Retry-After.",
     503: "UNAVAILABLE: the database is unreachable; retry shortly.",
@@ -189,7 +190,7 @@ class AgentListView(APIView):
     @extend_schema(
         operation_id="register_agent",
         request=RegisterIn,
-        responses={201: RegisterOut, **errors(400, 413)},
+        responses={201: RegisterOut, **errors(400, 409, 413)},
         description="Register an agent with a tenant API key (`Authorization: Bearer hky_…`). "
         "The agent token is returned once.",
     )

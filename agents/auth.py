@@ -25,6 +25,7 @@ from django.utils import timezone
 from hikyaku import rows
 from hikyaku.errors import AgentNotFound, Unauthenticated
 from tenants.credentials import (
+    AGENT_TOKEN_PREFIX,
     AGENT_TOKEN_RE,
     API_KEY_RE,
     CALLER_TOKEN_RE,
@@ -96,6 +97,9 @@ def authenticate_key(authorization: str | None) -> ApiKey:
 def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> AgentIdentity:
     raw = bearer_secret(authorization)
     claimed_id = _parse_agent_id(agent_id)
+    if raw.startswith(AGENT_TOKEN_PREFIX) and not AGENT_TOKEN_RE.match(raw):
+        # Meant as an agent token (a truncated paste, say): say so, not "Invalid API key."
+        raise Unauthenticated("Invalid agent token, or the agent is not active.")
 
     if AGENT_TOKEN_RE.match(raw):
         token_hash = hash_secret(raw)

@@ -80,6 +80,14 @@ class Agent(models.Model):
                 condition=Q(disclosure_ceiling__in=["public-safe", "internal", "restricted"]),
                 name="agent_ceiling_valid",
             ),
+            # A name is an address (agents.selectors.resolve_destination): one live agent per
+            # name in a tenant. Deregistering frees the name.
+            models.UniqueConstraint(
+                fields=["tenant", "name"],
+                condition=Q(status__in=["active", "disabled"]),
+                name="agent_live_name_unique",
+                violation_error_message="An agent of this tenant already has this name.",
+            ),
         ]
         indexes = [
             models.Index(fields=["tenant", "status", "name", "id"], name="agent_tenant_listing"),

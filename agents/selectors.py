@@ -37,6 +37,21 @@ def active_agent(*, tenant: Tenant, agent_id: str | uuid.UUID) -> Agent:
     return agent
 
 
+def resolve_destination(*, tenant: Tenant, to: str) -> str:
+    """A send's destination as the send path takes it: an agent id, or "*" (broadcast). An
+    agent name is an address too (README, "Names as addresses"): the active agent of this
+    tenant with that name, whose id is returned. Anything else comes back unchanged, for the
+    send path to refuse as "Destination agent not found" naming what was given."""
+    if to == "*" or parse_agent_id(to) is not None:
+        return to
+    found = (
+        Agent.objects.filter(tenant=tenant, name=to.strip(), status=Agent.Status.ACTIVE)
+        .values_list("pk", flat=True)
+        .first()
+    )
+    return str(found) if found is not None else to
+
+
 def manageable_agent(*, tenant: Tenant, agent_id: str | uuid.UUID) -> Agent:
     """An active or disabled agent of this tenant (what an operator may manage); deregistered,
     unknown and other tenants' agents are the same AgentNotFound."""

@@ -7,15 +7,30 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from hikyaku.errors import InvalidRequest
+from hikyaku.errors import HikyakuError, InvalidRequest
 from tenants.credentials import display_prefix, hash_secret, new_agent_token, new_webhook_secret
 from tenants.models import ApiKey, Tenant
 
 from .destinations import check_url
 from .models import SENSITIVITY_RANK, Agent
+
+
+class AgentNameTaken(HikyakuError):
+    """An active or disabled agent of this tenant already has this name."""
+
+    code, status = "AGENT_NAME_TAKEN", 409
+    rpc_code, rpc_reason = -32602, "INVALID_PARAMS"
+
+
+def _name_taken(name: str) -> AgentNameTaken:
+    return AgentNameTaken(
+        f"An agent named {name!r} is already registered in this tenant (a name is an "
+        "address: one live agent each). Choose another name, or deregister that agent first.",
+        details={"name": ["taken"]},
+    )
 
 
 @dataclass(frozen=True)
@@ -46,17 +61,27 @@ def register_agent(
                 f"{settings.HIKYAKU_MAX_AGENTS_PER_TENANT} agents.",
                 details={"name": ["agent limit reached"]},
             )
-        agent = Agent.objects.create(
-            tenant=tenant,
-            name=name,
-            description=description,
-            skills=skills or [],
-            webhook_url=webhook_url,
-            webhook_secret=new_webhook_secret(),
-            registered_with=registered_with,
-            token_hash=hash_secret(raw),
-            token_prefix=display_prefix(raw),
-        )
+        # The tenant row lock serialises this check with every other registration; the
+        # constraint (agent_live_name_unique) still holds against any other writer.
+        if live.filter(name=name).exists():
+            raise _name_taken(name)
+        try:
+            with transaction.atomic():
+                agent = Agent.objects.create(
+                    tenant=tenant,
+                    name=name,
+                    description=description,
+                    skills=skills or [],
+                    webhook_url=webhook_url,
+                    webhook_secret=new_webhook_secret(),
+                    registered_with=registered_with,
+                    token_hash=hash_secret(raw),
+                    token_prefix=display_prefix(raw),
+                )
+        except IntegrityError:
+            if live.filter(name=name).exists():
+                raise _name_taken(name) from None
+            raise
     return RegisteredAgent(agent=agent, raw_token=raw)
 
 

@@ -126,7 +126,9 @@ class Production:
 
     def new_key(self) -> str:
         self.keys += 1
-        created = manage(self.env, "createapikey", "--tenant", f"bench-{self.keys}", "--json")
+        created = manage(
+            self.env, "createapikey", "--create", "--tenant", f"bench-{self.keys}", "--json"
+        )
         return json.loads(created)["api_key"]
 
     def meter(self) -> CpuMeter:
@@ -193,7 +195,9 @@ class Embedded:
 
     def new_key(self) -> str:
         self.keys += 1
-        created = manage(self.env, "createapikey", "--tenant", f"bench-{self.keys}", "--json")
+        created = manage(
+            self.env, "createapikey", "--create", "--tenant", f"bench-{self.keys}", "--json"
+        )
         return json.loads(created)["api_key"]
 
     def meter(self) -> CpuMeter:

@@ -111,7 +111,7 @@ def prepare_database(cfg: ServerConfig, env: dict[str, str]) -> str:
     reset_redis(cfg)
     manage(env, "migrate", "--no-input", "-v0")
     manage(env, "shell", "-c", "from bench.floor import ensure_table; ensure_table()")
-    created = json.loads(manage(env, "createapikey", "--tenant", "bench", "--json"))
+    created = json.loads(manage(env, "createapikey", "--create", "--tenant", "bench", "--json"))
     return created["api_key"]
 
 

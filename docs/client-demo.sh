@@ -39,7 +39,7 @@ sleep 2
 
 as alice hikyaku agents
 echo "Uploads fail on flaky networks; please add retries with backoff." >"$work/issue.md"
-as alice 'TASK=$(hikyaku --json send --to $BOB --text "Please fix the flaky uploader (see issue.md)" --file issue.md | jq -r .task.id); echo $TASK'
+as alice 'TASK=$(hikyaku --json send --to bob --text "Please fix the flaky uploader (see issue.md)" --file issue.md | jq -r .task.id); echo $TASK'
 TASK=$(source "$work/alice.env"; hikyaku --json outbox | jq -r '.[0].id')
 export TASK
 as bob hikyaku poll

@@ -43,7 +43,7 @@ from functools import lru_cache
 
 from django.conf import settings
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -54,6 +54,8 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+
+from . import error_pages
 
 log = logging.getLogger(__name__)
 
@@ -257,8 +259,8 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         proxied=_is_proxied(request.META),
     )
     if not allowed:
-        # The same body as any unknown URL (hikyaku.urls handler404): no existence oracle.
-        return JsonResponse({"error": {"code": "NOT_FOUND", "message": "Not found."}}, status=404)
+        # The same answer as any unknown URL (hikyaku.urls handler404): no existence oracle.
+        return error_pages.not_found(request)
     return HttpResponse(render(), content_type=CONTENT_TYPE_LATEST)
 
 

@@ -45,18 +45,18 @@ class BodyLimitMiddleware:
 
 
 # Content-Security-Policy for every response. Pages load scripts and styles only from our own
-# static files (no inline code), so script-src 'self' holds everywhere but the interactive API
-# docs, whose Swagger UI comes from a CDN and boots with an inline script.
+# static files (no inline code), so script-src 'self' holds everywhere. The interactive API
+# docs are Swagger UI from the installed package (no CDN); its page carries one inline <style>
+# block and its components set inline styles, hence 'unsafe-inline' for styles there only.
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'self'; "
     "frame-ancestors 'none'"
 )
 API_DOCS_CONTENT_SECURITY_POLICY = (
-    "default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
-    "style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
-    "img-src 'self' data: https://cdn.jsdelivr.net; object-src 'none'; base-uri 'self'; "
-    "frame-ancestors 'none'"
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; font-src 'self'; connect-src 'self'; object-src 'none'; "
+    "base-uri 'self'; frame-ancestors 'none'"
 )
 
 

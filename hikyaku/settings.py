@@ -11,19 +11,70 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# The key of an older default, refused wherever it is still configured.
 DEV_SECRET_KEY = "dev-insecure-hikyaku-secret-key-change-me"
 
 env = environ.Env()
 if env.bool("HIKYAKU_READ_DOT_ENV", default=False):
     environ.Env.read_env(BASE_DIR / ".env")
 
-DEBUG = env.bool("DJANGO_DEBUG", default=True)
-SECRET_KEY = env.str("DJANGO_SECRET_KEY", default=DEV_SECRET_KEY)
+# Safe to expose by default (`make run` with HOST=0.0.0.0 included): debug pages only with
+# DJANGO_DEBUG=true (`make dev`).
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'hikyaku.sqlite3'}")
+}
+
+
+def _secret_key_file() -> Path:
+    """Where a generated key is kept: beside the SQLite file (in its folder, whatever the
+    file's name, so the test database's servers share the test process's key), else in the
+    project folder."""
+    name = DATABASES["default"].get("NAME") or ""
+    if DATABASES["default"]["ENGINE"].endswith("sqlite3") and name and name != ":memory:":
+        return Path(name).parent / "hikyaku.secret_key"
+    return BASE_DIR / "hikyaku.secret_key"
+
+
+def _generated_secret_key(path: Path) -> str:
+    """The key in `path`, created on first use (mode 0600). Every process of one install
+    reads the same file, so sessions survive restarts; two first starts at once agree,
+    because the file appears whole or not at all (a hard link, not a write in place)."""
+    import os
+    import secrets
+
+    if not path.exists():
+        scratch = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(50))
+        try:
+            os.link(scratch, path)
+        except FileExistsError:
+            pass
+        finally:
+            scratch.unlink()
+    return path.read_text().strip()
+
+
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="") or _generated_secret_key(
+    Path(env.str("HIKYAKU_SECRET_KEY_FILE", default=str(_secret_key_file())))
+)
 if not DEBUG and SECRET_KEY == DEV_SECRET_KEY:
     raise ImproperlyConfigured(
-        "DJANGO_DEBUG is off but DJANGO_SECRET_KEY is the development key: set a real secret."
+        "DJANGO_DEBUG is off but DJANGO_SECRET_KEY is the old development key: set a real "
+        "secret, or unset it to have one generated."
     )
-ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["*"] if DEBUG else ["localhost"])
+HIKYAKU_BASE_URL = env.str("HIKYAKU_BASE_URL", default="").rstrip("/")
+# Loopback names by default; serving other clients (HOST=0.0.0.0) means naming the host they
+# use in DJANGO_ALLOWED_HOSTS (or HIKYAKU_BASE_URL).
+_default_hosts = ["localhost", "127.0.0.1", "[::1]"]
+if HIKYAKU_BASE_URL:
+    from urllib.parse import urlsplit
+
+    _default_hosts.append(urlsplit(HIKYAKU_BASE_URL).hostname or "localhost")
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["*"] if DEBUG else _default_hosts)
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
@@ -36,6 +87,7 @@ INSTALLED_APPS = [
     "django.contrib.sites",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "allauth",
     "allauth.account",
     "allauth.socialaccount",
@@ -50,6 +102,7 @@ MIDDLEWARE = [
     "hikyaku.request_log.request_log_middleware",
     "django.middleware.security.SecurityMiddleware",
     "hikyaku.middleware.security_headers_middleware",
+    "hikyaku.error_pages.machine_errors_middleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "hikyaku.middleware.BodyLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -84,9 +137,6 @@ TEMPLATES = [
 # Database: a SQLite file by default, Postgres via DATABASE_URL. Connections are not kept
 # across requests (CONN_MAX_AGE=0) because persistent connections leak under ASGI; the
 # WSGI web processes may opt in with DATABASE_CONN_MAX_AGE.
-DATABASES = {
-    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'hikyaku.sqlite3'}")
-}
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
 # A health check costs a `SELECT 1` round trip on every request. Without it, a persistent
 # connection broken by a database restart fails one request (503; clients retry with the same
@@ -141,6 +191,9 @@ ACCOUNT_LOGIN_METHODS = {"email"}
 ACCOUNT_SIGNUP_FIELDS = ["email*", "password1*", "password2*"]
 ACCOUNT_EMAIL_VERIFICATION = env.str("HIKYAKU_EMAIL_VERIFICATION", default="optional")
 ACCOUNT_LOGOUT_ON_GET = False
+# What people's e-mails say they come from (the Site's name too: webui/apps.py).
+HIKYAKU_SITE_NAME = env.str("HIKYAKU_SITE_NAME", default="Hikyaku")
+ACCOUNT_EMAIL_SUBJECT_PREFIX = f"[{HIKYAKU_SITE_NAME}] "
 LOGIN_REDIRECT_URL = "/ui/"
 LOGIN_URL = "/accounts/login/"
 ACCOUNT_LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -183,7 +236,11 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
-SESSION_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=not DEBUG)
+# Secure cookies need HTTPS: on by default when the public URL is https (the proxy's TLS);
+# `make run` serves plain HTTP, where a browser would drop them and no login would hold.
+SESSION_COOKIE_SECURE = env.bool(
+    "DJANGO_SECURE_COOKIES", default=HIKYAKU_BASE_URL.startswith("https://")
+)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
@@ -231,9 +288,10 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
-    "TITLE": "Hikyaku REST API",
-    "DESCRIPTION": "Agent registry and task timelines of the Hikyaku broker. "
-    "Messaging itself is A2A JSON-RPC at POST /a2a/.",
+    "TITLE": "Hikyaku API",
+    "DESCRIPTION": "The Hikyaku broker: the agent registry and task timelines (REST), and "
+    "messaging, the core API, as A2A JSON-RPC methods at `POST /a2a/` (tag *A2A JSON-RPC*). "
+    "Task states and verbs: README, Task states and Messaging.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
@@ -249,10 +307,20 @@ SPECTACULAR_SETTINGS = {
         }
     },
     "SECURITY": [{"bearer": []}],
+    # The JSON-RPC methods (messaging/a2a/openapi.py).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "messaging.a2a.openapi.add_json_rpc_methods",
+    ],
+    # Swagger UI from the installed package (drf-spectacular-sidecar), so /api/docs/ works
+    # offline; no call to a public validator either.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
 }
 
 # Product settings.
-HIKYAKU_BASE_URL = env.str("HIKYAKU_BASE_URL", default="").rstrip("/")
 HIKYAKU_MAX_BODY_BYTES = env.int("HIKYAKU_MAX_BODY_BYTES", default=1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = HIKYAKU_MAX_BODY_BYTES
 HIKYAKU_MAX_MESSAGE_BYTES = env.int("HIKYAKU_MAX_MESSAGE_BYTES", default=256 * 1024)

@@ -1,14 +1,12 @@
 from django.contrib import admin
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
 from django.urls import include, path
 from django.views.generic import RedirectView
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from agents import api as agents_api
 from agents.views import agent_directory, broker_agent_card, peer_agent_card
 
-from . import health, metrics
+from . import error_pages, health, metrics
 
 admin.site.site_header = "Hikyaku administration"
 admin.site.site_title = "Hikyaku admin"
@@ -45,7 +43,9 @@ urlpatterns = [
         name="api-agent-webhook-secret",
     ),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # The split view serves Swagger UI's start-up script as a file: no inline script, so the
+    # docs page keeps script-src 'self' (hikyaku/middleware.py).
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("admin/", admin.site.urls),
     path("accounts/", include("allauth.urls")),
     path("", include("messaging.urls")),
@@ -54,21 +54,6 @@ urlpatterns = [
 ]
 
 
-# Pages for people answer 404 with a page; every other surface with the JSON error envelope.
-HTML_PREFIXES = ("/ui/", "/accounts/")
-
-
-def _json_not_found(request: HttpRequest, exception=None) -> HttpResponse:
-    if request.path.startswith(HTML_PREFIXES):
-        return render(request, "404.html", status=404)
-    return JsonResponse({"error": {"code": "NOT_FOUND", "message": "Not found."}}, status=404)
-
-
-def _json_server_error(request: HttpRequest) -> JsonResponse:
-    return JsonResponse(
-        {"error": {"code": "INTERNAL", "message": "Internal server error."}}, status=500
-    )
-
-
-handler404 = _json_not_found
-handler500 = _json_server_error
+# Errors in each surface's own shape (hikyaku/error_pages.py).
+handler404 = error_pages.not_found
+handler500 = error_pages.server_error

@@ -216,13 +216,18 @@ class HikyakuClient:
         if webhook_url:
             body["webhook_url"] = webhook_url
         # Not idempotent: a lost response followed by a retry would register a second agent.
-        return await self._rest(
+        result = await self._rest(
             "POST",
             "/api/v1/agents",
             headers=self.credentials.key_headers(api_key),
             json_body=body,
             idempotent=False,
         )
+        # The REST answer echoes the tenant key (the old broker's shape); what we hand on to
+        # terminals, scripts and MCP results never does.
+        if isinstance(result, dict):
+            result.pop("api_key", None)
+        return result
 
     async def list_agents(
         self, *, q: str | None = None, limit: int | None = None, cursor: str | None = None
@@ -370,8 +375,9 @@ class HikyakuClient:
             params["metadata"] = {"box": "outbox"}
             if peer:
                 params["contextId"] = peer
-        else:
-            params["contextId"] = self.credentials.require_agent_id()
+        elif self.credentials.agent_id:
+            # Optional (the credentials say whose inbox it is); sent for older brokers.
+            params["contextId"] = self.credentials.agent_id
         if status:
             params["status"] = normalize_state(status)
         if since:

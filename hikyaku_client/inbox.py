@@ -6,16 +6,25 @@ Items are keyed by task id, so several events about one task collapse into its l
 filters select what to return and leave everything else buffered. Versions already returned, and
 the results of this agent's own actions, are remembered by fingerprint so a replayed or echoed
 event does not come back as news.
+
+An own action's answer and its echo on the stream travel on different connections, so either
+may arrive first. `own_action(task_id)` is entered before the request is sent: while it is in
+flight, stream events about that task are held back, and once the answer is noted they are
+offered again, so the echo is recognised whichever came first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from .wire import matches_state
 
 Fingerprint = tuple[str, str, str, int, int]
 
@@ -81,6 +90,9 @@ class InboxBuffer:
         self._returned = _Memory(memory)
         self._own = _Memory(memory)
         self._changed = asyncio.Event()
+        # Own actions in flight, by task id, and the stream events held back meanwhile.
+        self._in_flight: dict[str, int] = {}
+        self._held: dict[str, list[tuple[dict[str, Any], str, str | None]]] = {}
 
     def __len__(self) -> int:
         return len(self._items)
@@ -90,6 +102,9 @@ class InboxBuffer:
         task_id = task.get("id")
         if not task_id:
             return False
+        if task_id in self._in_flight:
+            self._held.setdefault(task_id, []).append((task, event, event_id))
+            return True
         key = fingerprint(task)
         if key in self._returned or key in self._own:
             return False
@@ -112,6 +127,22 @@ class InboxBuffer:
         if item is not None and _version(task) >= _version(item.task):
             item.task = task
 
+    @contextlib.contextmanager
+    def own_action(self, task_id: str) -> Iterator[None]:
+        """Bracket one of our own actions on `task_id`, from before its request is sent until
+        its answer has been given to `note_own` (or it failed). Events about the task that
+        arrive meanwhile are held back, then offered: the echo of the action is dropped, any
+        other change is news as usual."""
+        self._in_flight[task_id] = self._in_flight.get(task_id, 0) + 1
+        try:
+            yield
+        finally:
+            self._in_flight[task_id] -= 1
+            if not self._in_flight[task_id]:
+                del self._in_flight[task_id]
+                for task, event, event_id in self._held.pop(task_id, []):
+                    self.offer(task, event=event, event_id=event_id)
+
     def take(
         self,
         *,
@@ -122,7 +153,7 @@ class InboxBuffer:
         """Remove and return matching items, oldest first; the rest stay buffered."""
         selected: list[Item] = []
         for item in self._items.values():
-            if status and (item.task.get("status") or {}).get("state") != status:
+            if status and not matches_state(item.task, status):
                 continue
             if since is not None:
                 moment = _moment(item.task)

@@ -33,12 +33,34 @@ log = logging.getLogger("hikyaku_mcp")
 FIRST_POLL_WAIT_SECONDS = 10.0
 
 
+class _OwnActionsClient(HikyakuClient):
+    """The broker client of a stdio session: it tells the inbox buffer about each of the
+    agent's own actions before sending it, so the action's echo on the stream is recognised
+    even when it arrives before the answer (InboxBuffer.own_action)."""
+
+    def __init__(self, credentials: Credentials, buffer: InboxBuffer) -> None:
+        super().__init__(credentials)
+        self.buffer = buffer
+
+    async def act(self, *, task_id: str, **kwargs: Any) -> dict[str, Any]:
+        with self.buffer.own_action(task_id):
+            task = await super().act(task_id=task_id, **kwargs)
+            self.buffer.note_own(task)
+        return task
+
+    async def cancel(self, task_id: str) -> dict[str, Any]:
+        with self.buffer.own_action(task_id):
+            task = await super().cancel(task_id)
+            self.buffer.note_own(task)
+        return task
+
+
 class LocalSession:
     """One agent identity, its stream and its inbox buffer, for the life of the process."""
 
     def __init__(self, credentials: Credentials) -> None:
-        self.client = HikyakuClient(credentials)
         self.buffer = InboxBuffer()
+        self.client: HikyakuClient = _OwnActionsClient(credentials, self.buffer)
         self._stream: InboxStream | None = None
         self._stream_task: asyncio.Task[None] | None = None
         self._status = "not started"
@@ -70,7 +92,7 @@ class LocalSession:
     async def _switch(self, credentials: Credentials) -> None:
         await self.stop()
         await self.client.aclose()
-        self.client = HikyakuClient(credentials)
+        self.client = _OwnActionsClient(credentials, self.buffer)
         self.start()
 
     def _on_status(self, state: str, detail: str) -> None:

@@ -275,7 +275,7 @@ def build_server(
         ctx: Context,
         since: Annotated[str | None, Field(description="ISO 8601; changed at/after")] = None,
         page_size: Annotated[int | None, Field(ge=1, le=100, description="max items")] = None,
-        status: Annotated[str | None, Field(description="task state, e.g. input-required")] = None,
+        status: Annotated[str | None, Field(description="state, e.g. unread, blocked")] = None,
         wait: Annotated[float, Field(ge=0, le=300, description="seconds to wait if none")] = 0,
     ) -> CallToolResult:
         async with resolve(ctx) as session:
@@ -363,7 +363,7 @@ def build_server(
     @tool("Tasks you sent, newest change first.", _READ)
     async def outbox(
         ctx: Context,
-        status: Annotated[str | None, Field(description="task state, e.g. working")] = None,
+        status: Annotated[str | None, Field(description="state, e.g. working, blocked")] = None,
         to: Annotated[str | None, Field(description="recipient agent id")] = None,
         page_size: Annotated[int | None, Field(ge=1, le=100, description="max tasks")] = None,
     ) -> CallToolResult:

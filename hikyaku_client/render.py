@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .wire import state_after_event, state_of
+
 STATE_STYLES = {
     "unread": "bold yellow",
     "blocked": "bold magenta",
@@ -38,20 +40,8 @@ def local_time(value: str | None) -> str:
 
 
 def short_state(task: dict[str, Any]) -> str:
-    """`unread`, `blocked`, `working`, `completed`, … (INPUT_REQUIRED split by who it awaits)."""
-    state = str(task.get("status", {}).get("state", "")).removeprefix("TASK_STATE_").lower()
-    if state == "input_required":
-        awaiting = task.get("metadata", {}).get("awaiting")
-        if awaiting == "sender":
-            return "blocked"
-        return "unread"
-    return state.replace("_", "-") or "?"
-
-
-def full_state(task: dict[str, Any]) -> str:
-    state = str(task.get("status", {}).get("state", "?"))
-    awaiting = task.get("metadata", {}).get("awaiting")
-    return f"{state} (awaiting {awaiting})" if awaiting else state
+    """`unread`, `blocked`, `working`, `completed`, … (the one vocabulary: wire.state_of)."""
+    return state_of(task)
 
 
 def _size(n: int) -> str:
@@ -249,11 +239,12 @@ def task_detail(task: dict[str, Any], names: dict[str, str] | None = None):
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
     _row(table, "task", task.get("id", "?"))
-    _row(table, "state", Text(full_state(task), style=STATE_STYLES.get(short_state(task), "")))
+    _row(table, "state", Text(short_state(task), style=STATE_STYLES.get(short_state(task), "")))
     _row(table, "updated", local_time(task.get("status", {}).get("timestamp")))
     _row(table, "from", sender_label(task, names))
     if meta.get("type") == "broadcast_summary":
-        _row(table, "to", f"broadcast to {meta.get('recipientCount', '?')} agents")
+        count = meta.get("recipientCount", "?")
+        _row(table, "to", f"broadcast to {count} agent{'' if count == 1 else 's'}")
     else:
         _row(table, "to", recipient_label(task, names))
     _row(table, "type", str(meta.get("type", "")))
@@ -346,15 +337,16 @@ def events_table(events: list[dict[str, Any]], task: dict[str, Any]):
     table.add_column("BY", no_wrap=True)
     table.add_column("STATE", no_wrap=True)
     table.add_column("MESSAGE", overflow="fold")
+    state: str | None = None
     for event in events:
         actor = event.get("actor") or event.get("actor_agent_id") or ""
         if isinstance(actor, dict):
             actor = agent_label(actor.get("agent_id") or actor.get("id"), actor.get("name"))
         elif actor in names:
             actor = agent_label(actor, names[actor])
-        before = _state_name(event.get("from_state"))
-        after = _state_name(event.get("to_state"))
-        state = f"{before} → {after}" if before and after and before != after else after
+        before = state
+        state = state_after_event(str(event.get("kind") or ""), event.get("to_state"), before)
+        change = f"{before} → {state}" if before and before != state else state
         text = str(event.get("note") or "")
         if text == event.get("kind"):  # a verb sent without text carries its own name
             text = ""
@@ -363,13 +355,7 @@ def events_table(events: list[dict[str, Any]], task: dict[str, Any]):
             local_time(event.get("created_at") or event.get("timestamp")),
             str(event.get("kind") or event.get("type") or ""),
             str(actor),
-            state,
+            change,
             text,
         )
     return table
-
-
-def _state_name(value: Any) -> str:
-    if not value:
-        return ""
-    return str(value).removeprefix("TASK_STATE_").lower().replace("_", "-")

@@ -12,8 +12,8 @@ from django.db.models import Count, Q, QuerySet
 from agents.selectors import decode_cursor, encode_cursor
 from hikyaku.errors import InvalidRequest, TaskNotFound
 
-from . import policy
-from .models import Task, TaskEvent, TaskState
+from . import policy, states
+from .models import Task, TaskEvent
 from .services import Sender, party_roles
 
 
@@ -141,6 +141,7 @@ def agent_box(
     agent: Any,
     box: str,
     state: str = "",
+    awaiting: str | None = None,
     q: str = "",
     cursor: str = "",
     page_size: int = 25,
@@ -151,6 +152,8 @@ def agent_box(
     tasks = _box(tenant=tenant, agent=agent, box=box)
     if state:
         tasks = tasks.filter(state=state)
+    if awaiting is not None:
+        tasks = tasks.filter(awaiting=awaiting)
     if q:
         tasks = tasks.filter(search_text__icontains=q)
     if cursor:
@@ -171,11 +174,15 @@ def agent_box(
 
 
 def agent_box_counts(*, tenant: Any, agent: Any, box: str) -> dict[str, int]:
-    """How many tasks of the box are in each state, in one query."""
-    counts = {state: 0 for state in TaskState.values}
-    rows = _box(tenant=tenant, agent=agent, box=box).values("state").annotate(n=Count("id"))
+    """How many tasks of the box are in each human state (messaging/states.py), in one query."""
+    counts = {human.name: 0 for human in states.HUMAN_STATES}
+    rows = (
+        _box(tenant=tenant, agent=agent, box=box)
+        .values("state", "awaiting")
+        .annotate(n=Count("id"))
+    )
     for row in rows.order_by():
-        counts[row["state"]] = row["n"]
+        counts[states.of_task(row["state"], row["awaiting"]).name] += row["n"]
     return counts
 
 

@@ -24,6 +24,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
+from agents import selectors as agent_selectors
 from agents.models import SENSITIVITY_RANK, Agent, Sensitivity
 from hikyaku import metrics, rows
 from hikyaku.errors import (
@@ -155,6 +156,7 @@ def send_message(*, sender: Sender, message: dict[str, Any], to: str | None = No
             "A new message cannot name both a destination and a taskId.",
             details={"field": "message.taskId"},
         )
+    to = agent_selectors.resolve_destination(tenant=sender.tenant, to=to)  # a name → its id
     if to == "*":
         return deliver_broadcast(sender=sender, message=message)
     return deliver_unicast(sender=sender, message=message, to=to)

@@ -106,6 +106,8 @@ class ApiKey(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "API key"
+        verbose_name_plural = "API keys"
         constraints = [
             models.CheckConstraint(condition=Q(prefix__length=8), name="apikey_prefix_8_chars"),
             models.CheckConstraint(condition=Q(key_hash__length=64), name="apikey_hash_sha256"),

@@ -113,7 +113,13 @@ class SendMessageForm(forms.Form):
         super().__init__(*args, **kwargs)
         choices = [(str(agent.pk), agent.name) for agent in agents]
         self.fields["sender"].choices = choices
-        self.fields["to"].choices = [(BROADCAST, "Everyone (broadcast)"), *choices]
+        # No recipient is preselected: a broadcast goes to every agent, so it is chosen, never
+        # defaulted to.
+        self.fields["to"].choices = [
+            ("", "Choose a recipient…"),
+            *choices,
+            (BROADCAST, "Everyone (broadcast)"),
+        ]
 
     def clean_data(self) -> Any:
         raw = self.cleaned_data["data"].strip()

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import shlex
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from .. import render
-from ..errors import HikyakuError
+from ..errors import BrokerError, ConfigurationError, HikyakuError
 from ..http import HikyakuClient
 from ..sse import InboxStream
 from ..wire import build_parts
@@ -58,12 +60,24 @@ async def _show_task(client: HikyakuClient, out: Output, task: dict[str, Any]) -
 async def cmd_register(args, client: HikyakuClient, out: Output) -> None:
     if args.skills is not None and not isinstance(args.skills, list):
         raise UsageError("register: --skills must be a JSON list of skill objects")
-    result = await client.register(
-        name=args.name,
-        description=args.description,
-        skills=args.skills,
-        webhook_url=args.webhook_url,
-    )
+    try:
+        result = await client.register(
+            name=args.name,
+            description=args.description,
+            skills=args.skills,
+            webhook_url=args.webhook_url,
+        )
+    except BrokerError as exc:
+        if exc.code != "AGENT_NAME_TAKEN":
+            raise
+        raise BrokerError(
+            f"An agent named {args.name!r} is already registered in this tenant "
+            f"[HTTP 409 AGENT_NAME_TAKEN]. Register under another --name, or free the name: "
+            f"`{PROG} agents --search {shlex.quote(args.name)}` shows the agent holding it, "
+            f"and `{PROG} deregister` run as that agent (or an owner in the web UI) removes it.",
+            code=exc.code,
+            status=exc.status,
+        ) from None
     if out.as_json:
         out.json(result)
         return
@@ -198,10 +212,48 @@ async def cmd_cancel(args, client: HikyakuClient, out: Output) -> None:
 
 async def cmd_get_task(args, client: HikyakuClient, out: Output) -> None:
     task = await client.get_task(_task_id(args), history_length=args.history_length)
+    saved = save_files(task, args.save_files) if args.save_files else []
     if out.as_json:
-        out.json({"task": task})
+        out.json({"task": task, **({"saved": saved} if args.save_files else {})})
         return
     await _show_task(client, out, task)
+    for path in saved:
+        out.progress(f"Saved {path}")
+    if args.save_files and not saved:
+        out.progress("The task has no files.")
+
+
+def save_files(task: dict[str, Any], directory: str) -> list[str]:
+    """Write every file (raw part) of the task into `directory`, each once, under its own
+    name reduced to a plain file name (never a path); a name taken in the directory gets a
+    numbered suffix. Returns the paths written."""
+    target = Path(directory)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigurationError(f"Cannot create {directory!r}: {exc.strerror or exc}.") from None
+    holders = [*(task.get("history") or []), *(task.get("artifacts") or [])]
+    seen: set[tuple[str, str]] = set()
+    written: list[str] = []
+    for holder in holders:
+        for part in holder.get("parts") or [] if isinstance(holder, dict) else []:
+            if not isinstance(part, dict) or not isinstance(part.get("raw"), str):
+                continue
+            name = Path(str(part.get("filename") or "file").replace("\\", "/")).name
+            name = name if name not in ("", ".", "..") else "file"
+            if (name, part["raw"]) in seen:
+                continue  # the message is in the history and in the first artifact
+            seen.add((name, part["raw"]))
+            try:
+                content = base64.b64decode(part["raw"], validate=True)
+            except ValueError:
+                raise BrokerError(f"The file {name!r} is not valid base64.") from None
+            path, n = target / name, 1
+            while path.exists():
+                path, n = target / f"{Path(name).stem}-{n}{Path(name).suffix}", n + 1
+            path.write_bytes(content)
+            written.append(str(path))
+    return written
 
 
 async def cmd_thread(args, client: HikyakuClient, out: Output) -> None:

@@ -11,9 +11,10 @@ from typing import Any, NoReturn
 
 from .. import __version__
 from ..errors import ConfigurationError
-from ..wire import normalize_state
+from ..wire import HUMAN_STATES, normalize_state
 
 PROG = "hikyaku"
+STATE_NAMES = ", ".join(HUMAN_STATES)
 
 
 class Parser(argparse.ArgumentParser):
@@ -152,14 +153,14 @@ def build_parser() -> Parser:
     p = command("poll", "List the inbox: tasks sent to this agent, newest change first.")
     p.add_argument("--since", type=parse_since, help="changed at/after (ISO 8601, or 15m/2h/1d)")
     p.add_argument("--page-size", type=_positive_int, help="tasks per page (1-100, default 50)")
-    p.add_argument("--status", type=_state_arg, help="only this state (e.g. input-required)")
+    p.add_argument("--status", type=_state_arg, help=f"only this state: {STATE_NAMES}")
     p.add_argument("--page-token", help="next page (printed after a full page)")
 
     p = command("outbox", "List tasks this agent sent, newest change first.")
     p.add_argument("--to", help="only tasks sent to this agent id")
     p.add_argument("--since", type=parse_since, help="changed at/after (ISO 8601, or 15m/2h/1d)")
     p.add_argument("--page-size", type=_positive_int, help="tasks per page (1-100, default 50)")
-    p.add_argument("--status", type=_state_arg, help="only this state (e.g. working)")
+    p.add_argument("--status", type=_state_arg, help=f"only this state: {STATE_NAMES}")
     p.add_argument("--page-token", help="next page (printed after a full page)")
 
     p = command("ack", "Acknowledge a received message (unread → completed).")
@@ -190,6 +191,9 @@ def build_parser() -> Parser:
     p = command("get-task", "Show a task with its messages.")
     task_argument(p)
     p.add_argument("--history-length", type=int, help="only the last N messages")
+    p.add_argument(
+        "--save-files", metavar="DIR", help="save the task's files (attachments) into DIR"
+    )
 
     p = command("thread", "Show a task's timeline: every message and state change, in order.")
     task_argument(p)

@@ -13,7 +13,7 @@ from .. import selectors, services
 from ..services import Sender
 from . import push
 from .push import PUSH_METHODS
-from .wire import Dialect, parse_message, parse_states, render_task
+from .wire import Dialect, parse_message, parse_status_filter, render_task
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,7 @@ class ListFilters:
     """The filters and paging of a ListTasks request, validated."""
 
     states: list[str] | None
+    awaiting: str | None  # `unread` / `blocked` (messaging/states.py)
     status_after: datetime | None
     page_size: int
     page_token: str
@@ -92,7 +93,9 @@ class ListFilters:
 
 def list_filters(params: dict[str, Any], *, include_artifacts_default: bool) -> ListFilters:
     status = params.get("status")
-    states = parse_states(status) if status not in (None, "", "TASK_STATE_UNSPECIFIED") else None
+    states, awaiting = None, None
+    if status not in (None, "", "TASK_STATE_UNSPECIFIED"):
+        states, awaiting = parse_status_filter(status)
     # `since` is the old broker's name for the same filter (its CLI's `poll --since`).
     after = params.get("statusTimestampAfter", params.get("since"))
     status_after = None
@@ -123,6 +126,7 @@ def list_filters(params: dict[str, Any], *, include_artifacts_default: bool) -> 
         raise InvalidRequest("pageToken must be a string.", details={"field": "pageToken"})
     return ListFilters(
         states=states,
+        awaiting=awaiting,
         status_after=status_after,
         page_size=page_size or 50,
         page_token=page_token,
@@ -158,9 +162,10 @@ def list_tasks(call: Call) -> dict[str, Any]:
         )
     me = str(call.sender.agent.id) if call.sender.agent else call.sender.caller_id
     context_id = params.get("contextId")
-    if box == "inbox" and context_id != me:
+    # The credentials say whose inbox it is; a contextId, when given, must agree with them.
+    if box == "inbox" and context_id is not None and context_id != me:
         raise InvalidRequest(
-            "contextId is required and must be your own agent id.", details={"field": "contextId"}
+            "contextId, when given, must be your own agent id.", details={"field": "contextId"}
         )
     if context_id is not None and not isinstance(context_id, str):
         raise InvalidRequest("contextId must be a string.", details={"field": "contextId"})
@@ -170,6 +175,7 @@ def list_tasks(call: Call) -> dict[str, Any]:
         box=box,
         peer_id=context_id if box == "outbox" else None,
         states=filters.states,
+        awaiting=filters.awaiting,
         status_after=filters.status_after,
         page_size=filters.page_size,
         page_token=filters.page_token,

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from hikyaku.errors import HikyakuError, InvalidRequest
 
+from .. import states as states_vocabulary
 from ..models import Task, TaskEvent, TaskState
 
 MAX_MESSAGE_ID_LENGTH = Task._meta.get_field("message_id").max_length
@@ -70,14 +71,35 @@ _STATE_NAMES = {
 
 def parse_states(value: Any) -> list[str]:
     """A status filter in either dialect's spelling: one state or a list of them."""
+    return parse_status_filter(value)[0]
+
+
+def parse_status_filter(value: Any) -> tuple[list[str], str | None]:
+    """A status filter: one state or a list, in either dialect's spelling or in the human
+    vocabulary (messaging/states.py). Returns the stored states and, for `unread` or
+    `blocked`, whose turn it must be."""
     values = value if isinstance(value, list) else [value]
-    states = []
+    states: list[str] = []
+    awaiting: set[str | None] = set()
     for item in values:
-        state = _STATE_NAMES.get(item) if isinstance(item, str) else None
+        human = (
+            states_vocabulary.BY_NAME.get(item.strip().lower()) if isinstance(item, str) else None
+        )
+        state = human.state if human else _STATE_NAMES.get(item) if isinstance(item, str) else None
         if state is None:
-            raise InvalidRequest(f"Unknown task state: {item!r}", details={"field": "status"})
-        states.append(state.value)
-    return states
+            names = ", ".join(states_vocabulary.BY_NAME)
+            raise InvalidRequest(
+                f"Unknown task state: {item!r} (use one of {names}, or an A2A state name).",
+                details={"field": "status"},
+            )
+        states.append(str(state))
+        awaiting.add(human.awaiting if human else None)
+    if awaiting - {None} and len(values) > 1:
+        raise InvalidRequest(
+            "unread and blocked filter on their own: list other states without them.",
+            details={"field": "status"},
+        )
+    return states, awaiting.pop() if len(values) == 1 else None
 
 
 def parse_message(

@@ -31,6 +31,13 @@
         })
         .then(function (html) {
           region.innerHTML = html;
+          // The fragment carries the filter tabs' counts, which live outside the region.
+          region.querySelectorAll("[data-count-for]").forEach(function (el) {
+            var name = el.getAttribute("data-count-for");
+            document.querySelectorAll('[data-count="' + name + '"]').forEach(function (tab) {
+              tab.textContent = el.textContent;
+            });
+          });
           region.dispatchEvent(new CustomEvent("live:updated", { bubbles: true }));
         })
         .catch(function () { /* the next event retries */ })

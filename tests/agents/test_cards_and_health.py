@@ -53,8 +53,8 @@ def test_openapi_schema_and_docs_are_served(client):
     assert client.get("/api/docs/").status_code == 200
 
 
-def test_settings_refuse_debug_off_with_the_dev_secret_key():
-    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SECRET_KEY"}
+def test_settings_refuse_debug_off_with_the_old_dev_secret_key():
+    env = {**os.environ, "DJANGO_SECRET_KEY": "dev-insecure-hikyaku-secret-key-change-me"}
     env["DJANGO_DEBUG"] = "false"
     result = subprocess.run(
         [

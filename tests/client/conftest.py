@@ -79,7 +79,7 @@ def client_broker(django_db_setup, django_db_blocker) -> Iterator[BrokerProcess]
 def create_api_key(tenant: str) -> str:
     """A tenant key made the way an operator makes one."""
     result = subprocess.run(
-        [sys.executable, "manage.py", "createapikey", "--tenant", tenant, "--json"],
+        [sys.executable, "manage.py", "createapikey", "--create", "--tenant", tenant, "--json"],
         cwd=ROOT,
         env=base_env(DATABASE_URL=test_database_url()),
         capture_output=True,
@@ -152,17 +152,22 @@ class Agent:
 
 @pytest.fixture
 def register(client_broker, api_key):
-    """register(name) → Agent, through the real CLI, in this module's tenant."""
-    return registrar(client_broker, api_key)
+    """register(name) → Agent, through the real CLI, in this module's tenant. The agents are
+    deregistered after the test, which frees their names for the next one."""
+    yield from registrar(client_broker, api_key)
 
 
 @pytest.fixture
 def register_alone(client_broker):
     """Like `register`, in a tenant of this test's own (for broadcasts and full listings)."""
-    return registrar(client_broker, create_api_key(f"alone-{uuid.uuid4().hex[:10]}"))
+    yield from registrar(client_broker, create_api_key(f"alone-{uuid.uuid4().hex[:10]}"))
 
 
 def registrar(client_broker: BrokerProcess, api_key: str):
+    import httpx
+
+    registered: list[Agent] = []
+
     def register_agent(name: str, description: str = "") -> Agent:
         env = base_env(HIKYAKU_URL=client_broker.url, HIKYAKU_API_KEY=api_key)
         result = hikyaku(
@@ -170,9 +175,17 @@ def registrar(client_broker: BrokerProcess, api_key: str):
         )
         assert result.returncode == 0, result.stderr
         body = result.json()
-        return Agent(body["agent_id"], body["agent_token"], name, client_broker.url, api_key)
+        agent = Agent(body["agent_id"], body["agent_token"], name, client_broker.url, api_key)
+        registered.append(agent)
+        return agent
 
-    return register_agent
+    yield register_agent
+    for agent in registered:  # already gone (the test deregistered it): 401 or 404
+        httpx.delete(
+            f"{client_broker.url}/api/v1/agents/{agent.agent_id}",
+            headers={"Authorization": f"Bearer {agent.token}"},
+            timeout=30,
+        )
 
 
 def stream_available(url: str) -> bool:

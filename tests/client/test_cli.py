@@ -24,7 +24,7 @@ def one_error_line(result, pattern: str) -> None:
 
 def test_register_prints_export_lines_that_eval_in_a_shell(client_broker, api_key):
     env = base_env(HIKYAKU_URL=client_broker.url, HIKYAKU_API_KEY=api_key)
-    result = hikyaku("register", "--name", "alice", "--description", "reviews code", env=env)
+    result = hikyaku("register", "--name", "evelyn", "--description", "reviews code", env=env)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert all(line.startswith(("# ", "export ")) for line in lines), lines
@@ -33,14 +33,14 @@ def test_register_prints_export_lines_that_eval_in_a_shell(client_broker, api_ke
     assert re.search(r"^export HIKYAKU_AGENT_TOKEN=hka_\w+$", result.stdout, re.M)
     # The lines work as advertised: eval them, then act as the new agent.
     shell = subprocess.run(
-        ["bash", "-c", 'eval "$(hikyaku register --name bob --description x)" && hikyaku whoami'],
+        ["bash", "-c", 'eval "$(hikyaku register --name frank --description x)" && hikyaku whoami'],
         env={**env, "PATH": f"{BIN}:{env.get('PATH', '')}"},
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert shell.returncode == 0, shell.stderr
-    assert re.search(r"name\s+bob", shell.stdout)
+    assert re.search(r"name\s+frank", shell.stdout)
 
 
 def test_register_json_has_the_compat_fields_and_the_token(client_broker, api_key):
@@ -51,9 +51,32 @@ def test_register_json_has_the_compat_fields_and_the_token(client_broker, api_ke
     )
     assert result.returncode == 0, result.stderr
     body = result.json()
-    assert {"agent_id", "api_key", "agent_token", "name", "registered_at"} <= body.keys()
-    assert body["api_key"] == api_key and body["name"] == "carol"
+    # The tenant key is never printed back (the REST answer keeps it for old clients).
+    assert {"agent_id", "agent_token", "name", "registered_at"} == body.keys()
+    assert api_key not in result.stdout + result.stderr and body["name"] == "carol"
     assert body["agent_token"].startswith("hka_")
+
+
+def test_registering_a_taken_name_says_what_to_do(client_broker, api_key, register):
+    dana = register("dana")
+    env = base_env(HIKYAKU_URL=client_broker.url, HIKYAKU_API_KEY=api_key)
+    again = hikyaku("register", "--name", "dana", "--description", "second", env=env)
+    assert again.returncode == 1 and again.stdout == ""
+    one_error_line(again, "An agent named 'dana' is already registered in this tenant")
+    assert "another --name" in again.stderr and "hikyaku agents --search dana" in again.stderr
+    assert "HTTP 409 AGENT_NAME_TAKEN" in again.stderr
+    assert dana.run("deregister").returncode == 0  # deregistering frees the name
+    assert hikyaku("register", "--name", "dana", "--description", "x", env=env).returncode == 0
+
+
+def test_send_addresses_an_agent_by_name(register):
+    alice, bob = register("alice"), register("bob")
+    sent = alice.run_json("send", "--to", "bob", "--text", "by name")["task"]
+    assert sent["metadata"]["toAgentId"] == bob.agent_id
+    assert [t["id"] for t in bob.run_json("poll")] == [sent["id"]]
+    unknown = alice.run("send", "--to", "nobody-by-that-name", "--text", "x")
+    assert unknown.returncode == 1
+    one_error_line(unknown, "Destination agent not found: nobody-by-that-name")
 
 
 def test_register_also_takes_the_key_as_an_option(client_broker, api_key):
@@ -195,7 +218,7 @@ def test_send_and_poll_in_text_and_json(register):
     sent = alice.run("send", "--to", bob.agent_id, "--text", "Please review PR #42")
     assert sent.returncode == 0, sent.stderr
     assert sent.stdout.startswith(f"Message sent to bob ({bob.agent_id[:8]}).")
-    assert "TASK_STATE_INPUT_REQUIRED (awaiting recipient)" in sent.stdout
+    assert re.search(r"state\s+unread *\n", sent.stdout)
 
     polled = bob.run("poll")
     assert polled.returncode == 0, polled.stderr
@@ -290,6 +313,12 @@ def test_poll_filters_and_pages(register):
 
     unread = bob.run_json("poll", "--status", "input-required")
     assert {t["id"] for t in unread} == set(ids[1:])
+    # The human names the tables print are the names the filters take.
+    assert {t["id"] for t in bob.run_json("poll", "--status", "unread")} == set(ids[1:])
+    listed = bob.run("poll", "--status", "unread").stdout
+    assert listed.count("unread") == 2 and ids[0] not in listed
+    assert bob.run_json("poll", "--status", "blocked") == []
+    assert bob.run_json("poll", "--status", "completed")[0]["id"] == ids[0]
     done = bob.run_json("poll", "--status", "TASK_STATE_COMPLETED")
     assert [t["id"] for t in done] == [ids[0]]
 
@@ -316,7 +345,7 @@ def test_ack_in_text_and_json_and_twice(register):
     second = alice.run_json("send", "--to", bob.agent_id, "--text", "fyi 2")["task"]["id"]
     text = bob.run("ack", "--task-id", first)
     assert text.returncode == 0 and text.stdout.startswith("Message acknowledged.")
-    assert "TASK_STATE_COMPLETED" in text.stdout
+    assert re.search(r"state\s+completed *\n", text.stdout)
     assert bob.run_json("ack", second)["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     again = bob.run("ack", first)
     assert again.returncode == 1
@@ -329,7 +358,8 @@ def test_cancel_in_text_and_json(register):
     second = alice.run_json("send", "--to", bob.agent_id, "--text", "oops 2")["task"]["id"]
     text = alice.run("cancel", "--task-id", first)
     assert text.returncode == 0, text.stderr
-    assert text.stdout.startswith("Task canceled.") and "TASK_STATE_CANCELED" in text.stdout
+    assert text.stdout.startswith("Task canceled.")
+    assert re.search(r"state\s+canceled *\n", text.stdout)
     assert alice.run_json("cancel", second)["task"]["status"]["state"] == "TASK_STATE_CANCELED"
     by_recipient = bob.run("cancel", second)
     assert by_recipient.returncode == 1
@@ -366,7 +396,7 @@ def test_accept_block_reply_comment_complete_outbox_and_thread(register, tmp_pat
 
     accepted = bob.run("accept", task_id)
     assert accepted.returncode == 0 and accepted.stdout.startswith("Task accepted")
-    assert "TASK_STATE_WORKING" in accepted.stdout
+    assert re.search(r"state\s+working *\n", accepted.stdout)
 
     blocked = bob.run_json("block", task_id, "--question", "Which branch?")["task"]
     assert blocked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
@@ -374,9 +404,11 @@ def test_accept_block_reply_comment_complete_outbox_and_thread(register, tmp_pat
     assert blocked["status"]["message"]["parts"] == [{"text": "Which branch?"}]
     waiting = alice.run("outbox")
     assert "blocked" in waiting.stdout and "Which branch?" in waiting.stdout
+    assert [t["id"] for t in alice.run_json("outbox", "--status", "blocked")] == [task_id]
+    assert re.search(r"state\s+blocked *\n", alice.run("get-task", task_id).stdout)
 
     replied = alice.run("reply", task_id, "--text", "main")
-    assert replied.returncode == 0 and "TASK_STATE_WORKING" in replied.stdout
+    assert replied.returncode == 0 and re.search(r"state\s+working *\n", replied.stdout)
     assert bob.run_json("comment", task_id, "--text", "halfway")["task"]["status"]["state"] == (
         "TASK_STATE_WORKING"
     )
@@ -403,7 +435,15 @@ def test_accept_block_reply_comment_complete_outbox_and_thread(register, tmp_pat
     timeline = thread.stdout[thread.stdout.index("TIME") :]
     kinds = [line.split()[2] for line in timeline.splitlines()[1:] if line.strip()]
     assert kinds == ["created", "accept", "block", "reply", "comment", "complete"]
-    assert "Which branch?" in timeline and "working → input-required" in timeline
+    assert "Which branch?" in timeline and "TASK_STATE" not in thread.stdout
+    changes = [re.search(r"(\S+ → \S+|  unread  )", line) for line in timeline.splitlines()[1:]]
+    assert [m.group(1).strip() for m in changes if m] == [
+        "unread",
+        "unread → working",
+        "working → blocked",
+        "blocked → working",
+        "working → completed",
+    ]
     body = alice.run_json("thread", task_id)
     assert body["task"]["id"] == task_id
     assert [e["kind"] for e in body["events"]] == kinds
@@ -415,7 +455,7 @@ def test_reject_and_fail(register):
     second = alice.run_json("send", "--to", bob.agent_id, "--text", "b")["task"]["id"]
     rejected = bob.run("reject", first, "--reason", "not my area")
     assert rejected.returncode == 0 and rejected.stdout.startswith("Task rejected.")
-    assert "TASK_STATE_REJECTED" in rejected.stdout and "not my area" in rejected.stdout
+    assert re.search(r"state\s+rejected *\n", rejected.stdout) and "not my area" in rejected.stdout
     early = bob.run("fail", second, "--reason", "x")
     assert early.returncode == 1  # fail needs an accepted task
     one_error_line(early, "-32004")
@@ -513,3 +553,54 @@ def test_help_and_version():
     ):  # fmt: skip
         assert re.search(rf"^\s+{command}\s", top.stdout, re.M), command
     assert hikyaku("--version", env=env).stdout.startswith("hikyaku ")
+
+
+def test_get_task_saves_the_tasks_files(register, tmp_path):
+    alice, bob = register("alice"), register("bob")
+    (tmp_path / "issue.md").write_text("# flaky\n")
+    (tmp_path / "fix.bin").write_bytes(b"\x00\x01\xff")
+    task_id = alice.run_json(
+        "send", "--to", "bob", "--text", "see", "--file", str(tmp_path / "issue.md")
+    )["task"]["id"]
+    bob.run_json("accept", task_id)
+    # A name that tries to leave the directory is reduced to a plain file name.
+    import httpx
+
+    crafted = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {
+            "message": {
+                "messageId": "crafted-1",
+                "role": "ROLE_USER",
+                "taskId": task_id,
+                "parts": [{"raw": "ZXZpbA==", "filename": "../../evil.txt"}],
+                "metadata": {"action": "comment"},
+            }
+        },
+    }
+    headers = {"Authorization": f"Bearer {alice.token}", "A2A-Version": "1.0"}
+    assert "error" not in httpx.post(f"{alice.url}/a2a/", json=crafted, headers=headers).json()
+    bob.run_json("complete", task_id, "--text", "done", "--file", str(tmp_path / "fix.bin"))
+
+    out = tmp_path / "out"
+    saved = alice.run("get-task", task_id, "--save-files", str(out))
+    assert saved.returncode == 0, saved.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["evil.txt", "fix.bin", "issue.md"]
+    assert (out / "issue.md").read_text() == "# flaky\n"
+    assert (out / "fix.bin").read_bytes() == b"\x00\x01\xff"
+    assert not (tmp_path.parent / "evil.txt").exists()
+    assert f"Saved {out / 'fix.bin'}" in saved.stderr
+    again = alice.run_json("get-task", task_id, "--save-files", str(out))
+    assert sorted(again["saved"]) == sorted(
+        str(out / n) for n in ("evil-1.txt", "fix-1.bin", "issue-1.md")
+    )
+
+
+def test_a_mistyped_agent_token_is_named_as_such(client_broker):
+    env = base_env(HIKYAKU_URL=client_broker.url, HIKYAKU_AGENT_TOKEN="hka_truncated")
+    result = hikyaku("agents", env=env)
+    assert result.returncode == 1
+    one_error_line(result, "Invalid agent token")
+    assert "API key" not in result.stderr

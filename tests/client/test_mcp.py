@@ -4,6 +4,7 @@ Streamable HTTP (the broker's `/mcp`), against a real broker."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 
@@ -76,7 +77,7 @@ async def exercise_every_tool(client: Client, me: Agent, peer: Agent) -> None:
     assert detail.structured_content["agent"]["name"] == peer.name
 
     # A task I send: the peer asks me a question, I reply, the peer completes it.
-    mine = await call(client, "send", to=peer.agent_id, text="Fix the build")
+    mine = await call(client, "send", to=peer.name, text="Fix the build")  # a name is an address
     t1 = mine.structured_content["task"]["id"]
     assert mine.structured_content["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     peer.run_json("accept", t1)
@@ -84,6 +85,9 @@ async def exercise_every_tool(client: Client, me: Agent, peer: Agent) -> None:
     update = await poll_for(client, t1)
     assert update["event"] == "task-update"
     assert update["task"]["metadata"]["awaiting"] == "sender"
+    assert "[blocked]" in (await call(client, "get_task", task_id=t1)).content[0].text
+    waiting = await call(client, "outbox", status="blocked")
+    assert [t["id"] for t in waiting.structured_content["tasks"]] == [t1]
     replied = await call(client, "reply", task_id=t1, text="main")
     assert replied.structured_content["task"]["status"]["state"] == "TASK_STATE_WORKING"
     peer.run_json("complete", t1, "--text", "fixed")
@@ -98,7 +102,9 @@ async def exercise_every_tool(client: Client, me: Agent, peer: Agent) -> None:
         return peer.run_json("send", "--to", me.agent_id, "--text", text)["task"]["id"]
 
     t2 = incoming("Review PR #42")
-    news = await poll_for(client, t2)
+    unread = await call(client, "poll", status="unread", wait=10)
+    assert [i["task"]["id"] for i in unread.structured_content["items"]] == [t2]
+    news = unread.structured_content["items"][0]
     assert news["event"] == "message" and "Review PR #42" in str(news["task"]["artifacts"])
     await call(client, "accept", task_id=t2)
     await call(client, "comment", task_id=t2, text="looking")
@@ -130,8 +136,10 @@ async def exercise_every_tool(client: Client, me: Agent, peer: Agent) -> None:
     )
     assert refused.is_error and "-32001" in refused.content[0].text
 
+    # Names are unique among a tenant's live agents: each run's helper has its own.
+    helper = f"helper-{uuid.uuid4().hex[:8]}"
     registered = await call(
-        client, "register", name="helper", description="spawned", api_key=me.api_key
+        client, "register", name=helper, description="spawned", api_key=me.api_key
     )
     assert registered.structured_content["agent_token"].startswith("hka_")
     assert registered.structured_content["adopted"] is False
@@ -271,5 +279,52 @@ def test_tool_errors_are_one_readable_line(register, transport):
         assert "\n" not in content.text
         empty = await client.call_tool("send", {"to": me.agent_id})
         assert empty.is_error and "Give text or data." in empty.content[0].text
+        taken = await client.call_tool(
+            "register", {"name": me.name, "description": "again", "api_key": me.api_key}
+        )
+        assert taken.is_error and "\n" not in taken.content[0].text
+        assert f"An agent named '{me.name}' is already registered" in taken.content[0].text
+        assert "AGENT_NAME_TAKEN" in taken.content[0].text
 
     run(lambda: _with(factory, body))
+
+
+def test_stdio_poll_never_echoes_the_agents_own_actions(register):
+    """After accept, complete, ack, block, comment or reject, the next poll does not report
+    the agent's own change. The answer and the stream's echo race on two connections, so the
+    loop repeats it; a message sent after the actions marks the point by which every echo has
+    arrived (the stream is in event order)."""
+    me, peer = register("mcp-me"), register("peer")
+
+    def incoming(text: str) -> str:
+        return peer.run_json("send", "--to", me.agent_id, "--text", text)["task"]["id"]
+
+    async def news_until(client: Client, task_id: str) -> list[dict]:
+        items: list[dict] = []
+        for _ in range(30):
+            result = await call(client, "poll", wait=1)
+            items += result.structured_content["items"]
+            if any(item["task"]["id"] == task_id for item in items):
+                return items
+        raise AssertionError(f"poll never returned {task_id}")
+
+    async def body(client: Client) -> None:
+        task = incoming("first")
+        assert [i["task"]["id"] for i in await news_until(client, task)] == [task]
+        for round in range(12):
+            await call(client, "accept", task_id=task)
+            if round % 3 == 1:
+                await call(client, "comment", task_id=task, text="looking")
+                await call(client, "block", task_id=task, question="which one?")
+            await call(client, "complete", task_id=task, text=f"done {round}")
+            acked, rejected = incoming(f"ack me {round}"), incoming(f"reject me {round}")
+            items = await news_until(client, rejected)
+            assert sorted(i["task"]["id"] for i in items) == sorted([acked, rejected]), items
+            assert {i["event"] for i in items} == {"message"}
+            await call(client, "ack", task_id=acked)
+            await call(client, "reject", task_id=rejected, reason="no")
+            task = incoming(f"next {round}")
+            items = await news_until(client, task)
+            assert [(i["event"], i["task"]["id"]) for i in items] == [("message", task)], items
+
+    run(lambda: _with(stdio_for(me), body))

@@ -142,5 +142,5 @@ def test_states_in_any_spelling(value):
 
 
 def test_unknown_state_lists_the_choices():
-    with pytest.raises(ConfigurationError, match="input-required, working"):
+    with pytest.raises(ConfigurationError, match="unread, working, blocked"):
         normalize_state("sleeping")

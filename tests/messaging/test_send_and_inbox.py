@@ -178,10 +178,36 @@ def test_list_tasks_history_length_and_include_artifacts(agent, peer):
     assert "history" not in task and "artifacts" not in task
 
 
+def test_list_tasks_takes_the_human_state_names(agent, peer):
+    unread, blocked, working = (send(agent, peer.id)["id"] for _ in range(3))
+    for task_id in (blocked, working):
+        act(peer, task_id, "accept")
+    act(peer, blocked, "block", "which one?")
+    for name, expected in (("unread", [unread]), ("blocked", [blocked]), ("working", [working])):
+        assert [t["id"] for t in inbox(peer, status=name)["tasks"]] == expected
+    outbox = {"metadata": {"box": "outbox"}}
+    assert [
+        t["id"] for t in result(agent, "ListTasks", {**outbox, "status": "blocked"})["tasks"]
+    ] == [blocked]
+    assert len(inbox(peer, status=["working", "completed"])["tasks"]) == 1
+    err = error(peer, "ListTasks", {"status": ["unread", "working"]})
+    assert err["code"] == -32602 and "unread and blocked" in err["message"]
+    err = error(peer, "ListTasks", {"status": "sleeping"})
+    assert "unread, working, blocked" in err["message"]
+
+
+def test_list_tasks_context_id_is_optional_the_token_says_whose_inbox(agent, peer):
+    task_id = send(agent, peer.id)["id"]
+    listed = result(peer, "ListTasks", {})
+    assert [t["id"] for t in listed["tasks"]] == [task_id]
+    assert result(agent, "ListTasks", {})["tasks"] == []  # alice's inbox, not her outbox
+    refused = error(agent, "ListTasks", {"contextId": str(peer.id)})
+    assert refused["code"] == -32602 and "contextId" in refused["message"]
+
+
 @pytest.mark.parametrize(
     "params, field",
     [
-        ({}, "contextId"),
         ({"contextId": "{peer}"}, "contextId"),
         ({"contextId": "{me}", "pageSize": 0}, "pageSize"),
         ({"contextId": "{me}", "pageSize": 101}, "pageSize"),

@@ -94,7 +94,7 @@ def test_the_cluster_starts_serves_shares_state_and_stops(cluster_env, tmp_path)
     secret_key = (run_dir / "secret_key").read_text()
     command_env = {**cluster_env, "DJANGO_SECRET_KEY": secret_key, "DJANGO_DEBUG": "false"}
     key = subprocess.run(
-        [sys.executable, "manage.py", "createapikey", "--tenant", "cluster"],
+        [sys.executable, "manage.py", "createapikey", "--create", "--tenant", "cluster"],
         cwd=REPO,
         env=command_env,
         capture_output=True,

@@ -60,7 +60,15 @@ def postgres():
 
 def create_key(cluster: PrivatePostgres) -> str:
     out = subprocess.run(
-        [sys.executable, "manage.py", "createapikey", "--tenant", "reliability", "--json"],
+        [
+            sys.executable,
+            "manage.py",
+            "createapikey",
+            "--create",
+            "--tenant",
+            "reliability",
+            "--json",
+        ],
         cwd=ROOT,
         env={"DATABASE_URL": cluster.url, "PATH": "/usr/bin:/bin"},
         check=True,

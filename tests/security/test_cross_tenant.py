@@ -373,6 +373,10 @@ ROUTES: dict[str, Route] = {
     "ui/t/<slug:slug>/tasks/<uuid:task_id>/": ui_object_route(
         "a task's page", "/ui/t/{slug}/tasks/{obj}/", TASK_IDS, "get"
     ),
+    "ui/t/<slug:slug>/tasks/<uuid:task_id>/files/<str:digest>/": Route(
+        "a task's file, found by its task and a digest of its content: another tenant's task"
+        " or file is 404 like an unknown one (tests/webui/test_isolation.py walks it)"
+    ),
     "ui/t/<slug:slug>/send/": Route(
         "send as one of the tenant's agents: ids in the query and the form",
         {

@@ -16,7 +16,20 @@ def run(*args) -> str:
     return out.getvalue().strip()
 
 
-def test_createapikey_creates_the_tenant_and_prints_only_the_key():
+@pytest.fixture(autouse=True)
+def demo(db):
+    return Tenant.objects.create(name="Demo", slug="demo")
+
+
+def test_createapikey_refuses_an_unknown_tenant_unless_asked_to_create_it():
+    with pytest.raises(CommandError, match="No tenant has the slug 'dmeo' .existing: demo."):
+        run("createapikey", "--tenant", "dmeo")
+    assert not Tenant.objects.filter(slug="dmeo").exists()
+    raw = run("createapikey", "--tenant", "fresh", "--create")
+    assert ApiKey.objects.get(prefix=raw[4:12]).tenant.slug == "fresh"
+
+
+def test_createapikey_prints_only_the_key():
     raw = run("createapikey", "--tenant", "demo", "--label", "ci")
     assert raw.startswith("hky_") and len(raw) == 36 and "\n" not in raw
     key = ApiKey.objects.get(prefix=raw[4:12])
@@ -60,3 +73,15 @@ def test_revokeapikey_by_prefix_and_by_raw_key():
     assert ApiKey.objects.filter(revoked_at__isnull=True).count() == 0
     with pytest.raises(CommandError):
         run("revokeapikey", "hky_ffffffff")
+
+
+def test_bootstrap_prints_the_login_once_and_how_to_recover_a_lost_password():
+    first = run("bootstrap", "--tenant", "lab")
+    assert "admin login:  admin@example.com / " in first
+    assert "manage.py changepassword admin@example.com" in first
+    again = run("bootstrap", "--tenant", "lab")
+    assert "admin login" not in again
+    assert (
+        "Lost the admin password? .venv/bin/python manage.py changepassword admin@example.com"
+        in (again)
+    )

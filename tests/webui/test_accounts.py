@@ -50,6 +50,18 @@ def test_password_reset_mails_a_link(client):
     assert re.search(r"/accounts/password/reset/key/\S+", mail.outbox[0].body)
 
 
+def test_mails_are_named_after_the_deployment_not_example_com(client):
+    password = "a long and quite unusual passphrase 42"
+    client.post(
+        "/accounts/signup/",
+        {"email": "ada@example.org", "password1": password, "password2": password},
+    )
+    (confirmation,) = mail.outbox
+    assert confirmation.subject.startswith("[Hikyaku] ")
+    assert "example.com" not in confirmation.subject + confirmation.body
+    assert "Hikyaku" in confirmation.body
+
+
 def test_logging_out_needs_a_post(client):
     user = factories.user("lin@example.com")
     client.force_login(user)
@@ -57,7 +69,8 @@ def test_logging_out_needs_a_post(client):
     assert client.get("/ui/").status_code == 200
     response = client.post("/accounts/logout/")
     assert response["Location"] == "/accounts/login/"
-    assert client.get("/ui/").status_code == 302
+    assert "Sign up" in client.get("/ui/").content.decode()  # the landing page, signed out
+    assert client.get("/ui/tenants/new/").status_code == 302
 
 
 def test_no_oidc_button_without_a_configured_provider(client):

@@ -185,18 +185,31 @@ def test_log_in_out_and_password_reset_pages(browser_session):
     page.get_by_role("button", name="Log out").click()
     page.wait_for_url(lambda url: "/ui/" not in url)
 
-    page.goto("/ui/")
-    page.wait_for_url("**/accounts/login/?next=/ui/")
+    page.goto("/ui/tenants/new/")
+    page.wait_for_url("**/accounts/login/?next=/ui/tenants/new/")
     expect(page.get_by_text("Log in with")).to_have_count(0)  # no OIDC provider configured
     ui.shot("00-log-in")
     page.fill("input[name=login]", "grace@example.com")
     page.fill("input[name=password]", PASSWORD)
     page.get_by_role("button", name="Sign In").click()
-    page.wait_for_url("**/ui/")
+    page.wait_for_url("**/ui/tenants/new/")  # back where the login began
 
     page.goto("/accounts/password/reset/")
     expect(page.get_by_role("heading", name="Password Reset")).to_be_visible()
     ui.shot("09-password-reset")
+    ui.assert_no_console_errors()
+
+
+def test_the_landing_page_says_what_hikyaku_is(browser_session):
+    ui, page = browser_session, browser_session.page
+    page.goto("/")
+    page.wait_for_url("**/ui/")
+    expect(page.get_by_role("heading", name="Hikyaku", exact=True)).to_be_visible()
+    expect(
+        page.get_by_text("A message broker and agent registry for coding agents")
+    ).to_be_visible()
+    page.get_by_role("link", name="Sign up").first.click()
+    page.wait_for_url("**/accounts/signup/")
     ui.assert_no_console_errors()
 
 
@@ -261,6 +274,9 @@ def test_inbox_and_task_pages_update_live_without_reload(browser_session):
     row = inbox.locator(f"tr[data-task-id='{task_id}']")
     expect(row).to_contain_text("Ship it when green.")
     expect(row.get_by_test_id("task-state")).to_have_text("Unread")
+    # The filter tabs count along (they are outside the refreshed list).
+    expect(inbox.locator("[data-count=all]")).to_have_text("1")
+    expect(inbox.locator("[data-count=unread]")).to_have_text("1")
 
     # The task page (open in the first tab) follows the ack without a reload.
     expect(page.get_by_test_id("task-state")).to_have_text("Unread")
@@ -284,4 +300,6 @@ def test_inbox_and_task_pages_update_live_without_reload(browser_session):
     assert "error" not in acked.json(), acked.text
     expect(page.get_by_test_id("task-state")).to_have_text("Completed")
     expect(row.get_by_test_id("task-state")).to_have_text("Completed")
+    expect(inbox.locator("[data-count=unread]")).to_have_text("0")
+    expect(inbox.locator("[data-count=completed]")).to_have_text("1")
     ui.assert_no_console_errors()

@@ -5,6 +5,7 @@ The URLs come from webui.urls itself, so a page added later is covered automatic
 new kind of id in a URL makes `ids` below fail until it is given an other-tenant value).
 """
 
+import base64
 import re
 import uuid
 
@@ -15,6 +16,7 @@ from messaging.models import Task
 from messaging.services import Sender, send_message
 from tenants.models import ApiKey
 from tests import factories
+from webui.files import part_digest
 from webui.urls import tenant_urls
 
 pytestmark = pytest.mark.django_db
@@ -23,11 +25,12 @@ pytestmark = pytest.mark.django_db
 def world(tenant, agent) -> dict[str, str]:
     """One of everything a tenant URL can name, in `tenant`."""
     factories.api_key(tenant)
+    attachment = {"raw": base64.b64encode(tenant.slug.encode()).decode(), "filename": "a.txt"}
     task = send_message(
         sender=Sender(tenant=tenant, agent=agent.model),
         message={
             "messageId": "m-1",
-            "parts": [{"text": "hi"}],
+            "parts": [{"text": "hi"}, attachment],
             "metadata": {"destination": agent.id},
         },
     )
@@ -35,6 +38,7 @@ def world(tenant, agent) -> dict[str, str]:
         "agent_id": agent.id,
         "key_id": str(ApiKey.objects.get(tenant=tenant).pk),
         "task_id": str(task.pk),
+        "digest": part_digest(attachment),
     }
 
 

@@ -1,5 +1,6 @@
 """Inbox, sent box, task page and sending as an agent, through the Django test client."""
 
+import base64
 import re
 import uuid
 
@@ -69,6 +70,29 @@ def test_inbox_filters_by_state_and_searches_text(owner_client, agent, peer):
     assert task_ids(owner_client.get(base + "?q=BACKEND").content.decode()) == [str(open_task.pk)]
     html = owner_client.get(base + "?q=nothing-like-this").content.decode()
     assert task_ids(html) == [] and "No match" in html
+
+
+def test_inbox_tabs_speak_the_human_state_names(owner_client, agent, peer):
+    unread, blocked = send(agent, peer), send(agent, peer)
+    act(peer, blocked, "accept")
+    act(peer, blocked, "block", {"text": "Which branch?"})
+    base = f"/ui/t/acme/agents/{peer.id}/inbox/"
+    html = owner_client.get(base).content.decode()
+    tabs = re.findall(r'data-testid="state-(\w+)">([^<]+)<span class="count" [^>]*>(\d+)', html)
+    assert tabs[1:4] == [
+        ("unread", "Unread", "1"),
+        ("working", "Working", "0"),
+        ("blocked", "Blocked", "1"),
+    ]
+    assert "Input required" not in html
+    assert task_ids(owner_client.get(base + "?state=unread").content.decode()) == [str(unread.pk)]
+    assert task_ids(owner_client.get(base + "?state=blocked").content.decode()) == [str(blocked.pk)]
+    page = owner_client.get(f"/ui/t/acme/tasks/{blocked.pk}/").content.decode()
+    assert re.findall(r'data-testid="transition">([^<]+)<', page) == [
+        "→ Unread",
+        "Unread → Working",
+        "Working → Blocked",
+    ]
 
 
 def test_inbox_pages_with_a_cursor(owner_client, agent, peer):
@@ -157,6 +181,46 @@ def test_task_page_renders_parts_safely(owner_client, agent, peer):
     ) in html
     assert 'href="javascript:' not in html and "<code>javascript:alert(1)</code>" in html
     assert "hello.txt" in html and "5\xa0bytes" in html
+    assert 'data-testid="file-text">hello<' in html
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def test_a_text_file_is_shown_as_text_and_any_file_downloads(owner_client, agent, peer):
+    script = b"<script>alert(1)</script>"
+    task = send(
+        agent,
+        peer,
+        {"raw": b64(b"line one\n<b>two</b>\n"), "filename": "fix.txt", "mediaType": "text/plain"},
+        {
+            "raw": b64(b"\x00\x01\xff"),
+            "filename": "blob.bin",
+            "mediaType": "application/octet-stream",
+        },
+        {"raw": b64(script), "filename": "page.html", "mediaType": "text/html"},
+    )
+    html = owner_client.get(f"/ui/t/acme/tasks/{task.pk}/").content.decode()
+    assert "Binary content" not in html
+    texts = re.findall(r'data-testid="file-text">([^<]*)<', html)
+    assert texts[0] == "line one\n&lt;b&gt;two&lt;/b&gt;\n"  # shown, escaped
+    assert "&lt;script&gt;" in html and "<script>alert" not in html
+    links = re.findall(r'href="(/ui/t/acme/tasks/[^"]+/files/[0-9a-f]+/)" download', html)
+    assert len(links) == 3
+    text_file, blob, page = (owner_client.get(link) for link in links)
+    assert text_file.content == b"line one\n<b>two</b>\n"
+    assert text_file["Content-Disposition"] == (
+        "attachment; filename=\"fix.txt\"; filename*=UTF-8''fix.txt"
+    )
+    assert blob.content == b"\x00\x01\xff"
+    for response in (text_file, blob, page):
+        assert response["Content-Type"] == "application/octet-stream"
+        assert response["X-Content-Type-Options"] == "nosniff"
+        assert response["Content-Security-Policy"] == "sandbox; default-src 'none'"
+    assert page.content == script  # downloaded as bytes, never rendered on our origin
+    missing = owner_client.get(links[0].replace("/files/", "/files/0").rsplit("/", 2)[0] + "/x/")
+    assert missing.status_code == 404
 
 
 def test_task_page_shows_the_question_of_a_blocked_task(owner_client, agent, peer):
@@ -165,7 +229,7 @@ def test_task_page_shows_the_question_of_a_blocked_task(owner_client, agent, pee
     act(peer, task, "block", {"text": "Which branch?"})
     html = owner_client.get(f"/ui/t/acme/tasks/{task.pk}/").content.decode()
     assert "Question to the sender" in html and "Which branch?" in html
-    assert "Waiting for sender" in html
+    assert 'data-testid="task-state">Blocked<' in html
 
 
 def test_a_broadcast_summary_lists_its_deliveries(owner_client, tenant, agent, peer):
@@ -213,6 +277,16 @@ def test_sending_a_broadcast_with_data(owner_client, tenant, agent, peer):
     summary = Task.objects.get(type="broadcast_summary")
     assert summary.metadata["recipientCount"] == 2
     assert summary.message["parts"] == [{"text": "release"}, {"data": {"version": "1.2"}}]
+
+
+def test_the_send_form_preselects_no_recipient_and_requires_one(owner_client, agent, peer):
+    page = owner_client.get("/ui/t/acme/send/").content.decode()
+    to = page[page.index('name="to"') : page.index("</select>", page.index('name="to"'))]
+    assert re.findall(r"<option[^>]*selected[^>]*>([^<]*)<", to) == ["Choose a recipient…"]
+    assert "Everyone (broadcast)" in to
+    response = send_form(owner_client, sender=agent.id, to="", text="hi")
+    assert response.status_code == 400 and "This field is required." in response.content.decode()
+    assert not Task.objects.exists()
 
 
 def test_resubmitting_the_send_form_delivers_once(owner_client, agent, peer):

@@ -30,7 +30,7 @@ def create_key(client: Client, slug: str = "acme", **fields):
 
 
 def test_every_ui_page_requires_login(client, tenant):
-    for path in ["/ui/", "/ui/tenants/new/", "/ui/t/acme/agents/", "/ui/t/acme/keys/"]:
+    for path in ["/ui/tenants/new/", "/ui/t/acme/agents/", "/ui/t/acme/keys/"]:
         response = client.get(path)
         assert response.status_code == 302
         assert response["Location"].startswith("/accounts/login/?next=")

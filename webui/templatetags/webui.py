@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import datetime
 from typing import Any
@@ -12,7 +13,9 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 
-from messaging.models import TaskState
+from messaging import states
+
+from ..files import part_digest
 
 register = template.Library()
 
@@ -30,6 +33,13 @@ def ago(value: datetime | None) -> str:
         value.strftime("%Y-%m-%d %H:%M:%S UTC"),
         text,
     )
+
+
+@register.filter
+def possessive(name: str) -> str:
+    """ "Bob's", "Acme Robots'": English possessive of a name."""
+    name = str(name)
+    return f"{name}'" if name.endswith(("s", "S")) else f"{name}'s"
 
 
 @register.filter
@@ -51,6 +61,33 @@ def raw_size(part: dict) -> int:
     """Decoded size in bytes of a raw (base64) part."""
     data = part.get("raw") or ""
     return len(data) * 3 // 4 - data.count("=", -2) if isinstance(data, str) else 0
+
+
+# Text attachments up to this size are shown inline; anything bigger, or not text, is a
+# download (webui.views.messages.task_file).
+INLINE_TEXT_BYTES = 64 * 1024
+TEXT_TYPES = ("text/", "application/json", "application/x-ndjson", "application/yaml")
+
+
+@register.filter
+def raw_text(part: dict) -> str:
+    """A raw part's content as text when it is small text (UTF-8), else ""."""
+    media_type = str(part.get("mediaType") or "")
+    data = part.get("raw")
+    if not media_type.startswith(TEXT_TYPES) or not isinstance(data, str):
+        return ""
+    if len(data) * 3 // 4 > INLINE_TEXT_BYTES:
+        return ""
+    try:
+        return base64.b64decode(data, validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return ""
+
+
+@register.filter
+def file_digest(part: dict) -> str:
+    """The key of a raw part in its task's download URL: a digest of its content."""
+    return part_digest(part)
 
 
 @register.filter
@@ -102,12 +139,23 @@ def results(task: Any) -> list[dict]:
 
 @register.filter
 def state_label(task: Any) -> str:
-    if task.state == "input_required":
-        return "Unread" if task.awaiting == "recipient" else "Waiting for sender"
-    return task.get_state_display()
+    """A task's state in the human vocabulary (messaging/states.py): "Unread", "Blocked"…"""
+    return states.of_task(task.state, task.awaiting).label
 
 
 @register.filter
-def state_name(value: str) -> str:
-    """A stored task state ("input_required") as people read it ("Input required")."""
-    return dict(TaskState.choices).get(value, value)
+def timeline(events: list[Any]) -> list[tuple[Any, Any, Any]]:
+    """(event, state before, state after) in the human vocabulary, oldest first: whose turn
+    an INPUT_REQUIRED was follows from the verbs before it."""
+    rows, before = [], None
+    for event in events:
+        after = states.after_event(event.kind, event.to_state, before)
+        rows.append((event, before, after))
+        before = after
+    return rows
+
+
+@register.filter
+def state_css(task: Any) -> str:
+    """The badge class: the human state's name."""
+    return states.of_task(task.state, task.awaiting).name

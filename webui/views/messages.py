@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import NoReverseMatch, reverse
 
@@ -14,21 +14,15 @@ from agents import selectors as agent_selectors
 from agents.models import Agent
 from hikyaku.errors import HikyakuError
 from messaging import selectors as messaging_selectors
+from messaging import states
 from messaging.models import Task, TaskState
 from messaging.services import Sender, send_message
 
-from ..forms import BROADCAST, SendMessageForm, add_service_error
+from .. import files
+from ..forms import SendMessageForm, add_service_error
 from .base import TenantContext, render_page, tenant_view
 
 TASKS_PER_PAGE = 25
-STATE_LABELS = {
-    TaskState.INPUT_REQUIRED: "Input required",
-    TaskState.WORKING: "Working",
-    TaskState.COMPLETED: "Completed",
-    TaskState.REJECTED: "Rejected",
-    TaskState.FAILED: "Failed",
-    TaskState.CANCELED: "Canceled",
-}
 
 
 def live_events_url(ctx: TenantContext, agent: Agent) -> str:
@@ -42,8 +36,14 @@ def live_events_url(ctx: TenantContext, agent: Agent) -> str:
 
 def _box_view(request: HttpRequest, ctx: TenantContext, agent_id: Any, box: str) -> HttpResponse:
     agent = agent_selectors.agent_in_tenant(tenant=ctx.tenant, agent_id=agent_id)
+    # The human vocabulary (messaging/states.py); a stored name filters too (input_required:
+    # unread and blocked together, no tab of its own).
     state = request.GET.get("state", "")
-    if state not in TaskState.values:
+    human = states.BY_NAME.get(state)
+    stored, awaiting = (human.state, human.awaiting) if human else ("", None)
+    if human is None and state in TaskState.values:
+        stored = state
+    elif human is None:
         state = ""
     q = request.GET.get("q", "").strip()[:200]
     cursor = request.GET.get("cursor", "")
@@ -52,14 +52,21 @@ def _box_view(request: HttpRequest, ctx: TenantContext, agent_id: Any, box: str)
             tenant=ctx.tenant,
             agent=agent,
             box=box,
-            state=state,
+            state=stored,
+            awaiting=awaiting,
             q=q,
             cursor=cursor,
             page_size=TASKS_PER_PAGE,
         )
     except HikyakuError:  # a mangled cursor: start from the newest
         page = messaging_selectors.agent_box(
-            tenant=ctx.tenant, agent=agent, box=box, state=state, q=q, page_size=TASKS_PER_PAGE
+            tenant=ctx.tenant,
+            agent=agent,
+            box=box,
+            state=stored,
+            awaiting=awaiting,
+            q=q,
+            page_size=TASKS_PER_PAGE,
         )
         cursor = ""
     context = {
@@ -72,13 +79,14 @@ def _box_view(request: HttpRequest, ctx: TenantContext, agent_id: Any, box: str)
         "state": state,
         "q": q,
     }
-    if request.GET.get("fragment"):
-        # The list alone, for live refreshes (static/js/live.js).
-        return render_page(request, "webui/_task_list.html", context, ctx=ctx)
     counts = messaging_selectors.agent_box_counts(tenant=ctx.tenant, agent=agent, box=box)
+    if request.GET.get("fragment"):
+        # The list alone, for live refreshes (static/js/live.js), with the tabs' new counts.
+        context["live_counts"] = [("all", sum(counts.values())), *counts.items()]
+        return render_page(request, "webui/_task_list.html", context, ctx=ctx)
     context.update(
         total=sum(counts.values()),
-        filters=[(value, STATE_LABELS[value], counts[value]) for value in TaskState.values],
+        filters=[(h.name, h.label, counts[h.name]) for h in states.HUMAN_STATES],
         live_url=live_events_url(ctx, agent),
     )
     return render_page(request, "webui/agent_box.html", context, ctx=ctx)
@@ -115,6 +123,16 @@ def task_detail(request: HttpRequest, ctx: TenantContext, task_id: Any) -> HttpR
 
 
 @tenant_view()
+def task_file(request: HttpRequest, ctx: TenantContext, task_id: Any, digest: str) -> HttpResponse:
+    """A file attached to a task of the tenant, as a download (webui/files.py)."""
+    task = messaging_selectors.tenant_task(tenant=ctx.tenant, task_id=task_id)
+    part = files.find_part(task, digest)
+    if part is None:
+        raise Http404("No such file.")
+    return files.download(part)
+
+
+@tenant_view()
 def send(request: HttpRequest, ctx: TenantContext) -> HttpResponse:
     """Send a unicast or broadcast as one of the tenant's active agents (owners and members):
     messaging.services.send_message, exactly as the A2A SendMessage method calls it."""
@@ -134,7 +152,7 @@ def send(request: HttpRequest, ctx: TenantContext) -> HttpResponse:
                 return redirect("webui:task", slug=ctx.tenant.slug, task_id=task.pk)
         status = 400
     else:
-        initial = {"once": secrets.token_hex(16), "to": BROADCAST}
+        initial = {"once": secrets.token_hex(16)}
         if request.GET.get("from"):
             initial["sender"] = request.GET["from"]
         if request.GET.get("to"):

@@ -17,9 +17,11 @@ from ..forms import AddMemberForm, TenantForm, add_service_error
 from .base import TenantContext, render_page, tenant_view
 
 
-@login_required
 def home(request: HttpRequest) -> HttpResponse:
-    """The user's tenants; with none yet, the form to create the first one."""
+    """The user's tenants; with none yet, the form to create the first one. Signed out: what
+    Hikyaku is, and the way in."""
+    if not request.user.is_authenticated:
+        return render_page(request, "webui/landing.html")
     memberships = list(tenant_selectors.memberships_for_user(user=request.user))
     return render_page(
         request,

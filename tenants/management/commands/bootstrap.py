@@ -21,9 +21,10 @@ class Command(BaseCommand):
             and Tenant.objects.filter(slug=tenant).exists()
         ):
             self.stdout.write(
-                f"Demo tenant {tenant!r} and admin {email} already exist "
-                "(credentials were printed on first run; `python manage.py createapikey "
-                f"--tenant {tenant}` makes a new key)."
+                f"Demo tenant {tenant!r} and admin {email} already exist (their credentials "
+                "were printed on first run).\n"
+                f"  A new key:            .venv/bin/python manage.py createapikey --tenant {tenant}\n"
+                f"  Lost the admin password? .venv/bin/python manage.py changepassword {email}"
             )
             return
         password = secrets.token_urlsafe(12)
@@ -43,6 +44,7 @@ class Command(BaseCommand):
                     "  Hikyaku is set up. These are shown once:",
                     f"    admin login:  {email} / {password}",
                     f"    demo API key: {key.raw_key}   (tenant {tenant!r})",
+                    f"  Lost the password later? .venv/bin/python manage.py changepassword {email}",
                     "",
                 ]
             )
