@@ -16,7 +16,9 @@ It also re-validates the credentials of every open agent stream in one batch
 was rotated, or whose agent was deregistered or disabled; likewise, in one query, the streams
 on agents' own endpoints whose agent is gone or (for callers outside its tenant) unpublished.
 
-A woken stream reads its events from the database itself; the hub never carries events.
+A woken stream reads its events from the database; the hub never carries events. The inbox
+streams woken together read in one batch (`read`): one trip to a DB thread and one statement
+for all of them (messaging/stream/reads.py) instead of one of each per stream.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from ..models import TaskEvent
 from .db import run_db
 
 if TYPE_CHECKING:
-    from .feeds import Feed
+    from .feeds import Batch, Feed
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +115,8 @@ class Hub:
         self._last_check = 0.0
         self._redis_up = True
         self._probe = None
+        self._pending: list[tuple[Feed, asyncio.Future]] = []  # inbox reads not yet begun
+        self._reading = False
         self.started = False
 
     # Registration ---------------------------------------------------------------------
@@ -158,6 +162,43 @@ class Hub:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self.ring, doorbell)
+
+    # Reading ---------------------------------------------------------------------------
+
+    async def read(self, feed: Feed) -> Batch:
+        """`feed.fetch()` on a stream DB thread; feeds with a `read_many` (the inbox) are read
+        together with the others of their kind woken meanwhile: while one batch is being
+        read, the streams woken in the meantime queue for the next."""
+        if feed.read_many is None:
+            return await run_db(feed.fetch)
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((feed, future))
+        if not self._reading:
+            self._reading = True
+            asyncio.create_task(self._read_pending(), name="stream-batch-read")  # noqa: RUF006
+        return await future
+
+    async def _read_pending(self) -> None:
+        try:
+            while self._pending:
+                pending, self._pending = self._pending, []
+                groups: dict[Any, list[tuple[Feed, asyncio.Future]]] = {}
+                for feed, future in pending:
+                    if not future.done():  # its stream may have ended meanwhile
+                        groups.setdefault(feed.read_many, []).append((feed, future))
+                for read_many, group in groups.items():
+                    try:
+                        batches = await run_db(read_many, [feed for feed, _ in group])
+                    except Exception as exc:  # each stream retries on its own schedule
+                        for _, future in group:
+                            if not future.done():
+                                future.set_exception(exc)
+                        continue
+                    for (_, future), batch in zip(group, batches, strict=True):
+                        if not future.done():
+                            future.set_result(batch)
+        finally:
+            self._reading = False
 
     # Life cycle --------------------------------------------------------------------------
 
