@@ -74,29 +74,25 @@ def _columns(alias: str, model: type, fields: tuple[str, ...]) -> str:
     return ", ".join(f"{alias}.{quote(model._meta.get_field(f).column)}" for f in fields)
 
 
-@cache
-def _member(vendor: str, via_token: bool) -> tuple[str, int]:
-    """One stream's share of the statement: its events after its cursor, with whether its
-    credentials hold. Returns the SQL and how many of its parameters come first (the
-    credential condition's own)."""
+def _events_sql(k: str, tenant: str, agent: str, after: str, credentials: str) -> str:
+    """One stream's events after its cursor (at most PAGE), with whether its credentials
+    hold; the stream's values are SQL expressions. Parameters: those of `credentials`, then
+    two kind names."""
     quote = connection.ops.quote_name
-    uuid_param = "CAST(%s AS uuid)" if vendor == "postgresql" else "%s"
-    credentials, constants = identity_current_sql(uuid_param, "%s", via_token=via_token)
     table = quote(TaskEvent._meta.db_table)
     column = {f: quote(TaskEvent._meta.get_field(f).column) for f in ("tenant", "task", "kind")}
-    sql = (
-        f"SELECT * FROM (SELECT %s AS k, {credentials} AS ok, y.id AS id,"
-        f" y.{column['task']} AS task_id, CASE WHEN y.{column['kind']} = %s"
-        f" AND y.recipient_agent_id = {uuid_param} THEN 1 ELSE 0 END AS delivery"
-        f" FROM {table} y WHERE y.{column['tenant']} = %s AND y.id > %s"
-        f" AND (y.recipient_agent_id = {uuid_param} OR (y.sender_agent_id = {uuid_param}"
-        f" AND y.{column['kind']} <> %s)) ORDER BY y.id LIMIT {PAGE}) AS q"
+    return (
+        f"SELECT {k} AS k, {credentials} AS ok, y.id AS id, y.{column['task']} AS task_id,"
+        f" CASE WHEN y.{column['kind']} = %s AND y.recipient_agent_id = {agent} THEN 1 ELSE 0"
+        f" END AS delivery FROM {table} y WHERE y.{column['tenant']} = {tenant}"
+        f" AND y.id > {after} AND (y.recipient_agent_id = {agent}"
+        f" OR (y.sender_agent_id = {agent} AND y.{column['kind']} <> %s)) ORDER BY y.id LIMIT {PAGE}"
     )
-    return sql, len(constants)
 
 
-@cache
-def _outer(vendor: str) -> str:
+def _outer(source: str) -> str:
+    """The events of `source` (k, ok, id, task_id, delivery) with their tasks, both parties
+    and each task's latest event id."""
     quote = connection.ops.quote_name
     events = quote(TaskEvent._meta.db_table)
     agents = quote(Agent._meta.db_table)
@@ -107,7 +103,7 @@ def _outer(vendor: str) -> str:
         f"SELECT w.k, w.ok, w.id, w.delivery, (SELECT MAX(x.id) FROM {events} x"
         f" WHERE x.{task_of} = w.task_id), {_columns('t', Task, TASK_FIELDS)},"
         f" {_columns('s', Agent, AGENT_FIELDS)}, {_columns('r', Agent, AGENT_FIELDS)}"
-        " FROM ({members}) w"
+        f" FROM {source}"
         f" JOIN {quote(Task._meta.db_table)} t ON t.{task_pk} = w.task_id"
         f" LEFT JOIN {agents} s ON s.{agent_pk} = t.{quote(Task._meta.get_field('sender').column)}"
         f" LEFT JOIN {agents} r ON r.{agent_pk} = t."
@@ -116,14 +112,56 @@ def _outer(vendor: str) -> str:
     )
 
 
+@cache
+def _postgres_statement(single: bool) -> str:
+    """Postgres: one text whatever the number of streams (their values as arrays; plain
+    values for one stream, the usual case, which cost less to adapt), so the connection
+    prepares it once; a statement per number of streams would be planned again and again,
+    and planning it costs far more than running it."""
+    token, _ = identity_current_sql("c.agent", "c.hash", via_token=True)
+    key, _ = identity_current_sql("c.agent", "c.hash", via_token=False)
+    events = _events_sql(
+        "c.k", "c.tenant", "c.agent", "c.after", f"CASE WHEN c.via THEN {token} ELSE {key} END"
+    )
+    if single:
+        values = "SELECT %s::int, %s::uuid, %s::uuid, %s::bigint, %s::text, %s::bool"
+    else:
+        values = "SELECT * FROM unnest(%s::int[], %s::uuid[], %s::uuid[], %s::bigint[],"
+        values += " %s::text[], %s::bool[])"
+    return _outer(
+        f"({values}) AS c(k, tenant, agent, after, hash, via) CROSS JOIN LATERAL ({events}) w"
+    )
+
+
+@cache
+def _portable_member(via_token: bool) -> str:
+    credentials, _ = identity_current_sql("%s", "%s", via_token=via_token)
+    return f"SELECT * FROM ({_events_sql('%s', '%s', '%s', '%s', credentials)}) AS q"
+
+
 def _statement(feeds: list[InboxFeed]) -> tuple[str, list[Any]]:
-    vendor = connection.vendor
+    if connection.vendor == "postgresql":
+        _, token = identity_current_sql("", "", via_token=True)
+        _, key = identity_current_sql("", "", via_token=False)
+        rows = [
+            (k, f.tenant_id, f.agent_id, f.cursor, f.identity.credential_hash, f.identity.via_token)
+            for k, f in enumerate(feeds)
+        ]
+        values = (
+            list(rows[0])
+            if len(rows) == 1
+            else [list(column) for column in zip(*rows, strict=True)]
+        )
+        sql = _postgres_statement(len(rows) == 1)
+        return sql, [*values, *token, *key, Kind.CREATED, Kind.CREATED]
+    # Elsewhere (SQLite: no LATERAL, and statements cost little to plan), one member per
+    # stream, each with its own limit.
     members, params = [], []
     for k, feed in enumerate(feeds):
-        sql, _ = _member(vendor, feed.identity.via_token)
-        _, constants = identity_current_sql("%s", "%s", via_token=feed.identity.via_token)
+        via_token = feed.identity.via_token
+        _, constants = identity_current_sql("", "", via_token=via_token)
         me = sql_rows.prep(TaskEvent, "recipient_agent_id", feed.agent_id)
-        members.append(sql)
+        members.append(_portable_member(via_token))
         params += [
             k,
             *constants,
@@ -137,7 +175,7 @@ def _statement(feeds: list[InboxFeed]) -> tuple[str, list[Any]]:
             me,
             Kind.CREATED,
         ]
-    return _outer(vendor).format(members=" UNION ALL ".join(members)), params
+    return _outer(f"({' UNION ALL '.join(members)}) w"), params
 
 
 class _Row:
