@@ -150,7 +150,9 @@ async def listen(url: str, channel: str, on_message: Callable[[bytes], None]) ->
                 backoff,
             )
             await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 10.0)
+            # At most 2 s: a connection attempt costs nothing, and live delivery should
+            # resume as soon as Redis does.
+            backoff = min(backoff * 2, 2.0)
         finally:
             if transport is not None:
                 transport.close()
