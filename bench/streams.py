@@ -1,6 +1,6 @@
 """`make bench-streams`: the live-stream targets of issue 4, measured end to end.
 
-    python -m bench.streams [--subscribers 1000] [--idle 3000] [--rate 100] [--seconds 30]
+    python -m bench.streams [--subscribers 1000] [--idle 10000] [--rate 100] [--seconds 30]
 
 Production topology on this machine: Postgres, a private Redis, one granian WSGI process for
 the sends (request/response), and ONE uvicorn process serving hikyaku.asgi for the streams.
@@ -122,6 +122,8 @@ class Environment:
             "DATABASE_URL": args.database_url,
             "REDIS_URL": self.redis_url,
             "HIKYAKU_RATE_LIMIT_PER_MINUTE": "100000000",
+            # One tenant holds the sender and every subscriber (10,000 idle ones by default).
+            "HIKYAKU_MAX_AGENTS_PER_TENANT": str(max(args.subscribers, args.idle) + 10),
             "HIKYAKU_LOG_FORMAT": "text",
             "HIKYAKU_LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",
@@ -717,7 +719,7 @@ def main(argv: list[str] | None = None) -> int:
         "--database-url", default="postgres://postgres@127.0.0.1:5432/hikyaku_bench_streams"
     )
     p.add_argument("--subscribers", type=int, default=1000)
-    p.add_argument("--idle", type=int, default=3000)
+    p.add_argument("--idle", type=int, default=10000)
     p.add_argument("--rate", type=float, default=100)
     p.add_argument("--seconds", type=float, default=30)
     p.add_argument("--storm-seconds", type=float, default=15)
@@ -756,6 +758,7 @@ def main(argv: list[str] | None = None) -> int:
             "lost": 0,
             "duplicated": 0,
             "kib_per_idle_subscriber": 50,
+            "stream_server_cpu_ms_per_event": 0.3,
         },
     }
     try:

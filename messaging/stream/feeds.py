@@ -15,24 +15,20 @@ from __future__ import annotations
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
-from django.db import connection
 from django.db.models import Max, Q
 
-from agents.auth import AgentIdentity, identity_is_current
-from agents.models import Agent
-from hikyaku import rows as sql_rows
+from agents.auth import AgentIdentity
 from tenants.models import Tenant
 
-from .. import policy
-from ..a2a.wire import Dialect, render_task, task_v1
+from ..a2a.wire import Dialect, task_v1
 from ..models import Task, TaskEvent
-from . import sse
+from . import snapshot, sse
+from .reads import PAGE, read_inboxes
 
-PAGE = 500  # events read per query; a full page is followed by another read at once
 Kind = TaskEvent.Kind
 
 
@@ -54,6 +50,9 @@ class Feed:
     # closes it ("callee") once that agent is gone, or unpublished for outside callers.
     callee: tuple[uuid.UUID, bool] | None = None
     cursor = 0
+    # `fetch` for many feeds of this kind in one go (feeds -> their batches, in order), which
+    # the hub uses for the feeds woken together; None: each feed fetches on its own.
+    read_many: Callable[[list[Any]], list[Batch]] | None = None
 
     def open(self) -> Batch:
         """Called once the stream is registered with the hub: the first frames."""
@@ -138,124 +137,39 @@ class InboxFeed(Feed):
         replay = self.fetch()
         return Batch([b"retry: 1000\n\n", ready, *replay.frames], replay.closed, replay.more)
 
+    read_many = staticmethod(read_inboxes)
+
     def fetch(self) -> Batch:
-        rows = _inbox_rows(self.tenant_id, self.agent_id, self.cursor)
-        if not rows:
-            return Batch()  # nothing to deliver; the hub re-checks credentials every 2 s
-        # Nothing is sent on credentials that no longer hold, however recent the last check.
-        if not identity_is_current(self.identity):
-            return Batch(closed="credentials")
-        frames = []
-        rendered: dict[uuid.UUID, str] = {}
-        for event_id, is_delivery, task in rows:
-            self.cursor = event_id
-            me = task.recipient if task.recipient_id == self.agent_id else task.sender
-            if me is None or not policy.may_read(me, task):
-                continue
-            if task.pk not in rendered:
-                rendered[task.pk] = sse.dumps(render_task(task, self.dialect))
-            frames.append(
-                sse.event(
-                    rendered[task.pk],
-                    name="message" if is_delivery else "task-update",
-                    event_id=event_id,
-                )
-            )
-        return Batch(frames, more=len(rows) == PAGE)
+        """What happened after the cursor (the hub reads the streams woken together at once:
+        `read_many`)."""
+        return read_inboxes([self])[0]
 
     def closing_frames(self, reason: str) -> list[bytes]:
         return [closed_frame(reason)]
 
 
-# The inbox read is the hottest query of a stream process (one per woken stream with news), so
-# it is one hand-written statement (hikyaku/rows.py) instead of a select_related queryset:
-# compiling that cost ~1.4 ms of CPU per read here, several times the statement itself. Column
-# names, parameter adapters and value converters still come from the models.
-def _in_model_order(model: type, names: set[str]) -> tuple[str, ...]:
-    """Field names in the model's concrete order: Model.from_db (under hikyaku.rows.build)
-    matches values to fields by that order, whatever order the names are given in."""
-    return tuple(f.name for f in model._meta.concrete_fields if f.name in names)
-
-
-# What rendering (messaging.a2a.wire.task_v1) and policy (messaging.policy) read.
-_TASK_FIELDS = _in_model_order(
-    Task,
-    {
-        "id",
-        "sender",
-        "recipient",
-        "context_id",
-        "state",
-        "awaiting",
-        "status_at",
-        "artifacts",
-        "history",
-        "metadata",
-        "sensitivity",
-    },
-)
-_AGENT_FIELDS = _in_model_order(
-    Agent, {"id", "tenant", "status", "send_to", "receive_from", "disclosure_ceiling"}
-)
-
-
-def _columns(alias: str, model: type, fields: tuple[str, ...]) -> str:
-    quote = connection.ops.quote_name
-    return ", ".join(f"{alias}.{quote(model._meta.get_field(f).column)}" for f in fields)
-
-
-@cache
-def _inbox_statement(vendor: str) -> str:
-    quote = connection.ops.quote_name
-    event = {f: quote(TaskEvent._meta.get_field(f).column) for f in ("tenant", "task", "kind")}
-    agents = quote(Agent._meta.db_table)
-    task_pk = quote(Task._meta.pk.column)
-    agent_pk = quote(Agent._meta.pk.column)
-    return (
-        f"SELECT e.id, CASE WHEN e.{event['kind']} = %s AND e.recipient_agent_id = %s "
-        f"THEN 1 ELSE 0 END, {_columns('t', Task, _TASK_FIELDS)}, "
-        f"{_columns('s', Agent, _AGENT_FIELDS)}, {_columns('r', Agent, _AGENT_FIELDS)} "
-        f"FROM {quote(TaskEvent._meta.db_table)} e "
-        f"JOIN {quote(Task._meta.db_table)} t ON t.{task_pk} = e.{event['task']} "
-        f"LEFT JOIN {agents} s ON s.{agent_pk} = t.{quote(Task._meta.get_field('sender').column)} "
-        f"LEFT JOIN {agents} r ON r.{agent_pk} = t."
-        f"{quote(Task._meta.get_field('recipient').column)} "
-        f"WHERE e.{event['tenant']} = %s AND e.id > %s AND (e.recipient_agent_id = %s "
-        f"OR (e.sender_agent_id = %s AND e.{event['kind']} <> %s)) "
-        f"ORDER BY e.id LIMIT {PAGE}"
-    )
-
-
-def _inbox_rows(tenant_id: Any, agent_id: Any, after: int) -> list[tuple[int, bool, Task]]:
-    """(event id, is a `message`, the task with fresh `sender`/`recipient` rows) for each of
-    the agent's events after `after`, in id order."""
-    me = sql_rows.prep(TaskEvent, "recipient_agent_id", agent_id)
-    params = [
-        Kind.CREATED,
-        me,
-        sql_rows.prep(TaskEvent, "tenant", tenant_id),
-        after,
-        me,
-        me,
-        Kind.CREATED,
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(_inbox_statement(connection.vendor), params)
-        fetched = cursor.fetchall()
-    n_task, n_agent = len(_TASK_FIELDS), len(_AGENT_FIELDS)
-    out = []
-    for row in fetched:
-        task = sql_rows.build(Task, _TASK_FIELDS, row[2 : 2 + n_task])
-        sender = row[2 + n_task : 2 + n_task + n_agent]
-        recipient = row[2 + n_task + n_agent :]
-        task.sender = sql_rows.build(Agent, _AGENT_FIELDS, sender) if sender[0] else None
-        task.recipient = sql_rows.build(Agent, _AGENT_FIELDS, recipient) if recipient[0] else None
-        out.append((row[0], bool(row[1]), task))
-    return out
+def _moments(rows: list[TaskEvent]) -> dict[int, Task]:
+    """Each event's task as of that event (messaging/stream/snapshot.py), by event id, for
+    the events that are not their task's latest; one query for the page. The events were
+    read with their tasks in one statement, so an event that is the latest one committed
+    when the timelines are read was the latest when its task was read."""
+    if not rows:
+        return {}
+    steps = snapshot.timelines({r.task_id for r in rows})
+    moments = {}
+    for row in rows:
+        timeline = steps.get(row.task_id, [])
+        if timeline and timeline[-1].id == row.id:
+            continue  # the task as read is this event's moment
+        upto = snapshot.up_to(timeline, row.id)
+        if upto is not None:
+            moments[row.id] = snapshot.as_of(row.task, upto)
+    return moments
 
 
 def web_event(row: TaskEvent, task: Task) -> dict[str, Any]:
-    """The data of a web UI stream event (documented in docs/ARCHITECTURE.md)."""
+    """The data of a web UI stream event (documented in docs/ARCHITECTURE.md); `task` as of
+    the event."""
     return {
         "eventId": row.id,
         "kind": row.kind,
@@ -357,12 +271,15 @@ class TenantFeed(Feed):
             .order_by("id")[:PAGE]
         )
         frames = []
-        for row in [*rows, *fresh]:
+        events = [*rows, *fresh]
+        moments = _moments(events)
+        for row in events:
             self.cursor = max(self.cursor, row.id)
             if not self.exact:
                 self._sent.add(row.id)
             name = "message" if row.kind == Kind.CREATED else "task-update"
-            frames.append(sse.event(web_event(row, row.task), name=name, event_id=row.id))
+            task = moments.get(row.id, row.task)
+            frames.append(sse.event(web_event(row, task), name=name, event_id=row.id))
         if not self.exact:
             self._marks.append((time.monotonic(), self.cursor))
         return Batch(frames, more=len(fresh) == PAGE)

@@ -3,9 +3,9 @@
 Streams register the keys they care about (an agent id, or `tenant:<id>` for the web UI's
 tenant-wide streams). The hub wakes them:
 
-- on a doorbell, received by ONE listener per process: a channel-layer group member on
-  RedisPubSubChannelLayer (one pub/sub connection, whatever the number of streams), or an
-  in-process listener of messaging.events on the in-memory layer;
+- on a doorbell, received by ONE listener per process: one Redis pub/sub subscription to the
+  doorbell group's channel (messaging/stream/doorbells.py), whatever the number of streams,
+  or an in-process listener of messaging.events on the in-memory layer;
 - on a periodic scan (HIKYAKU_STREAM_SCAN_SECONDS): one query for the events written since a
   few scans ago, which wakes the streams of the agents concerned. This is what makes a lost
   doorbell (Redis down, channels-redis dropping a message) late instead of lost, without one
@@ -16,7 +16,9 @@ It also re-validates the credentials of every open agent stream in one batch
 was rotated, or whose agent was deregistered or disabled; likewise, in one query, the streams
 on agents' own endpoints whose agent is gone or (for callers outside its tenant) unpublished.
 
-A woken stream reads its events from the database itself; the hub never carries events.
+A woken stream reads its events from the database; the hub never carries events. The inbox
+streams woken together read in one batch (`read`): one trip to a DB thread and one statement
+for all of them (messaging/stream/reads.py) instead of one of each per stream.
 """
 
 from __future__ import annotations
@@ -30,15 +32,16 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.db.models import Max
 
-from agents.auth import current_identities
+from agents.auth import stale_identities
 from agents.selectors import peer_reachability
 
 from .. import events
 from ..models import TaskEvent
+from . import doorbells
 from .db import run_db
 
 if TYPE_CHECKING:
-    from .feeds import Feed
+    from .feeds import Batch, Feed
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +116,8 @@ class Hub:
         self._last_check = 0.0
         self._redis_up = True
         self._probe = None
+        self._pending: list[tuple[Feed, asyncio.Future]] = []  # inbox reads not yet begun
+        self._reading = False
         self.started = False
 
     # Registration ---------------------------------------------------------------------
@@ -159,6 +164,43 @@ class Hub:
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self.ring, doorbell)
 
+    # Reading ---------------------------------------------------------------------------
+
+    async def read(self, feed: Feed) -> Batch:
+        """`feed.fetch()` on a stream DB thread; feeds with a `read_many` (the inbox) are read
+        together with the others of their kind woken meanwhile: while one batch is being
+        read, the streams woken in the meantime queue for the next."""
+        if feed.read_many is None:
+            return await run_db(feed.fetch)
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((feed, future))
+        if not self._reading:
+            self._reading = True
+            asyncio.create_task(self._read_pending(), name="stream-batch-read")  # noqa: RUF006
+        return await future
+
+    async def _read_pending(self) -> None:
+        try:
+            while self._pending:
+                pending, self._pending = self._pending, []
+                groups: dict[Any, list[tuple[Feed, asyncio.Future]]] = {}
+                for feed, future in pending:
+                    if not future.done():  # its stream may have ended meanwhile
+                        groups.setdefault(feed.read_many, []).append((feed, future))
+                for read_many, group in groups.items():
+                    try:
+                        batches = await run_db(read_many, [feed for feed, _ in group])
+                    except Exception as exc:  # each stream retries on its own schedule
+                        for _, future in group:
+                            if not future.done():
+                                future.set_exception(exc)
+                        continue
+                    for (_, future), batch in zip(group, batches, strict=True):
+                        if not future.done():
+                            future.set_result(batch)
+        finally:
+            self._reading = False
+
     # Life cycle --------------------------------------------------------------------------
 
     async def ensure_started(self) -> None:
@@ -192,15 +234,6 @@ class Hub:
 
     async def stop(self) -> None:
         events.remove_local_listener(self._ring_from_thread)
-        if settings.REDIS_URL and self.started:
-            # Close the layer's connection first, so cancelling the listener does not make
-            # channels-redis try (and fail, noisily) to unsubscribe from a cancelled task.
-            from channels.layers import get_channel_layer
-
-            try:
-                await get_channel_layer().flush()
-            except Exception as exc:
-                log.info("channel layer not flushed at shutdown (%s)", exc.__class__.__name__)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -219,32 +252,16 @@ class Hub:
     # The doorbell listener (Redis) ---------------------------------------------------------
 
     async def _listen_layer(self) -> None:
-        """One channel-layer member for the whole process. channels-redis (through redis-py)
-        reconnects and re-subscribes by itself once subscribed; subscribing at all is retried
-        here with backoff."""
+        """One Redis subscription for the whole process, on the doorbell group's channel
+        (messaging/stream/doorbells.py), decoded as the channel layer encodes it."""
         from channels.layers import get_channel_layer
 
         layer = get_channel_layer()
-        backoff = 0.5
-        while True:
-            try:
-                channel = await layer.new_channel()
-                await layer.group_add(events.DOORBELL_GROUP, channel)
-                log.info("stream hub listening for doorbells on the channel layer")
-                backoff = 0.5
-                while True:
-                    self.ring(await layer.receive(channel))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning(
-                    "doorbell listener cannot reach Redis (%s); retrying in %.1fs, streams catch "
-                    "up from the database meanwhile",
-                    exc.__class__.__name__,
-                    backoff,
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+
+        def received(payload: bytes) -> None:
+            self.ring(layer.deserialize(payload))
+
+        await doorbells.listen(settings.REDIS_URL, events.group_channel_name(), received)
 
     async def _redis_reachable(self) -> bool:
         import redis.asyncio as aioredis
@@ -302,9 +319,9 @@ class Hub:
     async def check_identities(self) -> None:
         subs = [s for s in self._all if s.identity is not None and s.closed is None]
         if subs:
-            current = await run_db(current_identities, [s.identity for s in subs])
-            for sub in subs:
-                if (sub.identity.agent.pk, sub.identity.credential_hash) not in current:
+            stale = await run_db(stale_identities, [s.identity for s in subs])
+            for sub in subs if stale else ():
+                if (sub.identity.agent.pk, sub.identity.credential_hash) in stale:
                     sub.close("credentials")
         await self.check_callees()
 

@@ -136,7 +136,7 @@ async def _run(feed: Feed, sub, write: _Writer, *, more: bool) -> None:
             return
         hint = sub.take_hint()
         try:
-            batch = await run_db(feed.fetch)
+            batch = await hub.read(feed)
         except (OperationalError, InterfaceError, DatabaseError) as exc:
             failures += 1
             if failures == 1:

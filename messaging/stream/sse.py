@@ -7,6 +7,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import parse_qs
 
+import orjson
+
 from hikyaku.errors import HikyakuError, RateLimited, Unauthenticated
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -23,23 +25,46 @@ HEADERS = [
 # Characters that JSON leaves raw but that line splitters treat as line ends (Python's
 # str.splitlines(), hence httpx's iter_lines() and the a2a-sdk client): escaped, so one JSON
 # document stays on one `data:` line for every SSE client. The JSON value is unchanged.
-_LINE_BREAKERS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
+_LINE_BREAKERS = (
+    (b"\xe2\x80\xa8", b"\\u2028"),
+    (b"\xe2\x80\xa9", b"\\u2029"),
+    (b"\xc2\x85", b"\\u0085"),
+)
+
+
+def encode(value: Any) -> bytes:
+    """`value` as compact UTF-8 JSON on one line. orjson, several times faster than the
+    standard library on a stream's task bodies; the standard library for what orjson refuses
+    (integers beyond 64 bits). Both write the same JSON value."""
+    try:
+        data = orjson.dumps(value)
+    except TypeError:
+        data = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    if b"\xe2\x80" in data or b"\xc2\x85" in data:
+        for raw, escaped in _LINE_BREAKERS:
+            data = data.replace(raw, escaped)
+    return data
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKERS)
+    return encode(value).decode()
 
 
 def event(data: Any, *, name: str | None = None, event_id: int | None = None) -> bytes:
-    """One SSE event. `data` is JSON-encoded unless it is already a string."""
-    text = data if isinstance(data, str) else dumps(data)
-    lines = []
+    """One SSE event. `data` is JSON-encoded unless it is already text (str or bytes, which
+    may span lines)."""
+    if isinstance(data, bytes | str):
+        body = data.encode() if isinstance(data, str) else data
+        if b"\n" in body:
+            body = b"\ndata: ".join(body.split(b"\n"))
+    else:
+        body = encode(data)  # JSON on one line
+    head = b""
     if event_id is not None:
-        lines.append(f"id: {event_id}")
+        head += b"id: %d\n" % event_id
     if name:
-        lines.append(f"event: {name}")
-    lines.extend(f"data: {line}" for line in text.split("\n"))
-    return ("\n".join(lines) + "\n\n").encode()
+        head += b"event: " + name.encode() + b"\n"
+    return head + b"data: " + body + b"\n\n"
 
 
 def comment(text: str) -> bytes:
@@ -67,7 +92,7 @@ async def start(send: Send, extra: Iterable[tuple[bytes, bytes]] = ()) -> None:
 async def send_json(
     send: Send, status: int, body: Any, headers: Iterable[tuple[bytes, bytes]] = ()
 ) -> None:
-    payload = dumps(body).encode()
+    payload = encode(body)
     await send(
         {
             "type": "http.response.start",

@@ -136,6 +136,46 @@ def test_watch_since_replays_from_an_event_id(register):
     assert json.loads(replay.stdout)["task"]["id"] == second
 
 
+def test_watch_since_0_shows_each_event_as_the_task_was_then(register):
+    """A replay shows every event with the state and message of its own moment, not the
+    task's final state four times over (the question of the block is there)."""
+    alice, bob = register("alice"), register("bob")
+    task_id = alice.run_json("send", "--to", bob.agent_id, "--text", "Fix the uploader")["task"][
+        "id"
+    ]
+    bob.run_json("accept", task_id)
+    bob.run_json("block", task_id, "--question", "Which branch?")
+    alice.run_json("reply", task_id, "--text", "main")
+    bob.run_json("complete", task_id, "--text", "Fixed in abc123")
+
+    replay = bob.run("watch", "--since", "0", "--count", "5", timeout=30)
+    assert replay.returncode == 0, replay.stderr
+    lines = replay.stdout.splitlines()
+    assert len(lines) == 5, lines
+    assert "message" in lines[0] and "unread" in lines[0] and "Fix the uploader" in lines[0]
+    assert "working" in lines[1] and "accept" in lines[1]
+    assert "blocked" in lines[2] and "block: Which branch?" in lines[2]
+    assert "working" in lines[3] and "reply: main" in lines[3]
+    assert "completed" in lines[4] and "Fixed in abc123" in lines[4]
+    assert sum("Fixed in abc123" in line for line in lines) == 1
+
+    events = [
+        json.loads(line)
+        for line in bob.run("--json", "watch", "--since", "0", "--count", "5").stdout.splitlines()
+    ]
+    states = [(e["task"]["status"]["state"], e["task"]["metadata"].get("awaiting")) for e in events]
+    assert states == [
+        ("TASK_STATE_INPUT_REQUIRED", "recipient"),
+        ("TASK_STATE_WORKING", None),
+        ("TASK_STATE_INPUT_REQUIRED", "sender"),
+        ("TASK_STATE_WORKING", None),
+        ("TASK_STATE_COMPLETED", None),
+    ]
+    question = events[2]["task"]["status"]["message"]
+    assert question["parts"] == [{"text": "Which branch?"}]
+    assert [len(e["task"]["history"]) for e in events] == [1, 2, 3, 4, 5]
+
+
 def test_watch_resumes_after_a_drop_without_missing_events(register, proxy):
     alice, bob = register("alice"), register("bob")
     watch = Watch(bob, "--json", "--count", "2", url=proxy.url)

@@ -139,3 +139,32 @@ def test_logging_out_or_leaving_the_tenant_closes_the_stream(broker, tenant, mem
         assert stream.closed.wait(6)
     finally:
         stream.close()
+
+
+def test_a_replay_shows_each_events_task_as_it_was_then(broker, tenant, member):
+    alice, bob = factories.agent(tenant, name="alice"), factories.agent(tenant, name="bob")
+    task = send(broker, alice, bob.id, "Fix the uploader")
+    act(broker, bob, task["id"], "accept", "on it")
+    act(broker, bob, task["id"], "block", "Which branch?")
+    act(broker, alice, task["id"], "reply", "main")
+    act(broker, bob, task["id"], "complete", "Fixed in abc123")
+    stream = watch(broker, tenant.slug, session_cookie(member), "events/?since=0")
+    try:
+        assert stream.next().event == "ready"
+        events = [e.json() for e in stream.take(5)]
+    finally:
+        stream.close()
+    assert [e["kind"] for e in events] == ["created", "accept", "block", "reply", "complete"]
+    for event in events:
+        state = event["task"]["status"]["state"]
+        assert state == "TASK_STATE_" + event["toState"].upper(), event
+    assert [e["task"]["metadata"].get("awaiting") for e in events] == [
+        "recipient",
+        None,
+        "sender",
+        None,
+        None,
+    ]
+    assert events[2]["task"]["status"]["message"]["parts"] == [{"text": "Which branch?"}]
+    assert [len(e["task"]["history"]) for e in events] == [1, 2, 3, 4, 5]
+    assert [e["task"]["status"]["timestamp"] for e in events] == [e["at"] for e in events]

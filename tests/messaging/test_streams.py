@@ -432,3 +432,72 @@ def test_events_of_tasks_policy_no_longer_lets_the_agent_read_are_skipped(
         assert texts(stream.drain(1)) == ["from carol"]
     finally:
         stream.close()
+
+
+def _work_a_task(broker, alice, bob) -> str:
+    """accept → block → reply → complete on a new task from alice to bob; its id."""
+    task = send(broker, alice, bob.id, "Fix the uploader")
+    act(broker, bob, task["id"], "accept", "on it")
+    act(broker, bob, task["id"], "block", "Which branch?")
+    act(broker, alice, task["id"], "reply", "main")
+    act(broker, bob, task["id"], "complete", "Fixed in abc123")
+    return task["id"]
+
+
+def test_a_replay_shows_each_event_as_the_task_was_then(broker, alice, bob):
+    live = subscribe(broker, bob)
+    try:
+        task_id = _work_a_task(broker, alice, bob)
+        as_they_happened = live.take(5)
+    finally:
+        live.close()
+    replay = subscribe(broker, bob, **{"Last-Event-ID": "0"})
+    try:
+        replayed = replay.take(5)
+    finally:
+        replay.close()
+    tasks = [e.json() for e in replayed]
+    assert {t["id"] for t in tasks} == {task_id}
+    assert [(t["status"]["state"], t["metadata"].get("awaiting")) for t in tasks] == [
+        ("TASK_STATE_INPUT_REQUIRED", "recipient"),
+        ("TASK_STATE_WORKING", None),
+        ("TASK_STATE_INPUT_REQUIRED", "sender"),
+        ("TASK_STATE_WORKING", None),
+        ("TASK_STATE_COMPLETED", None),
+    ]
+    assert tasks[2]["status"]["message"]["parts"] == [{"text": "Which branch?"}]
+    assert all("message" not in t["status"] for i, t in enumerate(tasks) if i != 2)
+    assert [len(t["history"]) for t in tasks] == [1, 2, 3, 4, 5]
+    assert [t["history"][-1]["parts"][0]["text"] for t in tasks[1:]] == [
+        "on it",
+        "Which branch?",
+        "main",
+        "Fixed in abc123",
+    ]
+    assert [[a["name"] for a in t["artifacts"]] for t in tasks] == [["message"]] * 4 + [
+        ["message", "result"]
+    ]
+    stamps = [t["status"]["timestamp"] for t in tasks]
+    assert stamps == sorted(stamps) and len(set(stamps)) == 5
+    # What a stream shows for an event does not depend on when it was read.
+    assert [e.data for e in replayed] == [e.data for e in as_they_happened]
+    assert [e.event for e in replayed] == ["message"] + ["task-update"] * 4
+
+
+def test_a_replay_shows_the_sender_each_update_as_it_was_then(broker, alice, bob):
+    _work_a_task(broker, alice, bob)
+    replay = subscribe(broker, alice, version=None, **{"Last-Event-ID": "0"})
+    try:
+        tasks = [e.json() for e in replay.take(4)]
+        assert replay.drain(0.3) == []
+    finally:
+        replay.close()
+    # The 0.3 dialect, through the same snapshots.
+    assert [t["status"]["state"] for t in tasks] == [
+        "working",
+        "input-required",
+        "working",
+        "completed",
+    ]
+    assert tasks[1]["status"]["message"]["parts"][0]["text"] == "Which branch?"
+    assert [len(t["history"]) for t in tasks] == [2, 3, 4, 5]
