@@ -182,7 +182,9 @@ def test_the_stdio_surface_keeps_its_own_texts(register):
         tools = {t["name"]: t["description"] for t in (await listing(client))["tools"]}
         assert "each returned once" in tools["poll"]
         refused = await client.call_tool("register", {"name": "helper", "description": "x"})
-        assert refused.is_error and "start hikyaku-mcp with HIKYAKU_API_KEY" in refused.content[0].text
+        assert (
+            refused.is_error and "start hikyaku-mcp with HIKYAKU_API_KEY" in refused.content[0].text
+        )
 
     run(lambda: _with(over_stdio(me.env), body))  # an agent token and no tenant key
 
@@ -223,6 +225,8 @@ def test_an_unexpanded_reference_is_named_in_the_error(client_broker):
     async def body(client: Client) -> None:
         result = await client.call_tool("whoami", {})
         assert result.is_error
-        assert "HIKYAKU_AGENT_TOKEN arrived as an unexpanded ${…} reference" in result.content[0].text
+        assert (
+            "HIKYAKU_AGENT_TOKEN arrived as an unexpanded ${…} reference" in result.content[0].text
+        )
 
     run(lambda: _with(over_stdio(env), body))

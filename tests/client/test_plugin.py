@@ -73,7 +73,9 @@ def test_plugin_declares_the_stdio_server_with_identity_from_the_environment():
     assert server["command"].endswith("hikyaku-mcp}") or server["command"] == "hikyaku-mcp"
     assert all(isinstance(arg, str) for arg in server["args"])
     env = server["env"]
-    assert {"HIKYAKU_URL", "HIKYAKU_AGENT_ID", "HIKYAKU_AGENT_TOKEN", "HIKYAKU_MCP_TOOLS"} <= set(env)
+    assert {"HIKYAKU_URL", "HIKYAKU_AGENT_ID", "HIKYAKU_AGENT_TOKEN", "HIKYAKU_MCP_TOOLS"} <= set(
+        env
+    )
     for name, value in [("command", server["command"]), *env.items()]:
         references = REFERENCE.findall(value)
         assert all(default for _var, default in references), f"{name}: {value} needs a default"

@@ -27,7 +27,8 @@ from ..output import Output, UsageError
 from .clients import CLIENTS, IDENTITY, Options, Seat, Target, generic_entry
 from .edits import Edit, SetupState, diff, read_file, remove_file, write_file
 
-PLACEHOLDER = Seat(url="", agent_id="<new agent id>", token="hka_<new agent token>")
+# Shown by --dry-run where a new seat would go (not a secret, so not masked).
+PLACEHOLDER = Seat(url="", agent_id="NEW-AGENT-ID", token="hka_NEW-AGENT-TOKEN")
 
 
 def add_parser(command: Any) -> None:
@@ -117,6 +118,9 @@ async def cmd_setup(args: argparse.Namespace, client: HikyakuClient, out: Output
 
 async def _install(target, state, client: HikyakuClient, out: Output, options: Options, args):
     spec = CLIENTS[target.client]
+    # Every file must be one setup can edit before a seat is registered for it.
+    for edit in spec.plan(target, PLACEHOLDER, options).edits:
+        edit.apply(read_file(edit.path))
     seat, registered = await _seat(target, client, out, args)
     plan = spec.plan(target, seat, options)
     changes = []
@@ -125,7 +129,7 @@ async def _install(target, state, client: HikyakuClient, out: Output, options: O
         new = edit.apply(current)
         if new != current:
             changes.append((edit, current, new))
-    mask = [seat.token]
+    mask = [] if seat.token == PLACEHOLDER.token else [seat.token]
     if args.dry_run:
         for edit, current, new in changes:
             out.print(diff(edit.path, current, new, mask=mask).rstrip("\n"))
@@ -234,7 +238,8 @@ async def _remove(target, state: SetupState, client: HikyakuClient, out: Output,
         if not dry_run:
             state.release(edit.path, target.owner)
             if new is None:
-                remove_file(edit.path, stop_at=target.root)
+                inside = target.project in edit.path.parents and not target.user
+                remove_file(edit.path, stop_at=target.project if inside else target.home)
             elif new != current:
                 write_file(edit.path, new, secret=edit.secret)
     mask = [stored.get("HIKYAKU_AGENT_TOKEN", "")]
