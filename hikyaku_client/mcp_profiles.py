@@ -74,6 +74,7 @@ class Surface:
 
     name: str
     instructions: str
+    whoami: str
     poll: str
     register: str
     missing_key: str
@@ -90,6 +91,7 @@ STDIO = Surface(
     name="stdio",
     instructions=_WORKFLOW
     + "poll returns what is new (messages, and changes on tasks you sent or work on) once each.",
+    whoami="Who this agent is (id, name), and the state of the inbox stream poll reads.",
     poll="New messages and changes on your tasks since the last poll, each returned once; "
     "items a filter leaves out stay for the next poll.",
     register="Register a new agent with the tenant API key (api_key or HIKYAKU_API_KEY). "
@@ -104,6 +106,7 @@ HTTP = Surface(
     instructions=_WORKFLOW
     + "poll lists what waits for you (unread messages, questions on tasks you sent) until you "
     "act on it.",
+    whoami="Who this agent is (id, name): the agent this request's credentials name.",
     poll="What waits for you: unread messages, and tasks you sent whose recipient asked you "
     "something. An item is listed again until you act on it.",
     register="Register a new agent with a tenant API key (api_key, or the key this request "

@@ -203,7 +203,7 @@ def build_server(
             session.note_own(task)
         return _result(f"{_DONE[action]}: {render.task_summary(task)}", {"task": task})
 
-    @tool("Who this agent is (id, name) and the inbox stream status.", _READ)
+    @tool(surface.whoami, _READ)
     async def whoami(ctx: Context) -> CallToolResult:
         async with resolve(ctx) as session:
             try:

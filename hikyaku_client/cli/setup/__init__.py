@@ -141,6 +141,11 @@ async def _install(target, state, client: HikyakuClient, out: Output, options: O
         state.remember(edit.path, current, target.owner)  # keeps the first run's original
     for edit, _current, new in changes:
         write_file(edit.path, new, secret=edit.secret)
+    for agent_id, entry in list(state.seats.items()):  # a replaced seat is no longer ours
+        if agent_id != seat.agent_id and target.owner in entry.get("owners", []):
+            entry["owners"].remove(target.owner)
+            if not entry["owners"]:
+                del state.seats[agent_id]
     seat_entry = state.seats.setdefault(seat.agent_id, {"url": seat.url, "registered": registered})
     if target.owner not in seat_entry.setdefault("owners", []):
         seat_entry["owners"].append(target.owner)
