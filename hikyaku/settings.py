@@ -322,6 +322,8 @@ SPECTACULAR_SETTINGS = {
 
 # Product settings.
 HIKYAKU_MAX_BODY_BYTES = env.int("HIKYAKU_MAX_BODY_BYTES", default=1024 * 1024)
+# The tools /mcp offers: core, all, or a comma list of names (hikyaku_client/mcp_profiles.py).
+HIKYAKU_MCP_TOOLS = env.str("HIKYAKU_MCP_TOOLS", default="all")
 DATA_UPLOAD_MAX_MEMORY_SIZE = HIKYAKU_MAX_BODY_BYTES
 HIKYAKU_MAX_MESSAGE_BYTES = env.int("HIKYAKU_MAX_MESSAGE_BYTES", default=256 * 1024)
 HIKYAKU_MAX_PARTS = env.int("HIKYAKU_MAX_PARTS", default=64)

@@ -4,12 +4,17 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from .errors import ConfigurationError
 
 DEFAULT_URL = "http://localhost:8000"
+
+# `${NAME}`, `${NAME:-…}` or `$NAME` left as they were: an MCP client's configuration refers to
+# a variable that was not set where the client runs (Claude Code, Gemini CLI expand these).
+_UNEXPANDED = re.compile(r"^\$(\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}|[A-Za-z_][A-Za-z0-9_]*)$")
 
 
 @dataclass(frozen=True)
@@ -20,6 +25,8 @@ class Credentials:
     api_key: str | None = None
     agent_token: str | None = None
     agent_id: str | None = None
+    # Variables that arrived as unexpanded references, read as unset (named in the errors).
+    unexpanded: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def from_env(
@@ -34,16 +41,30 @@ class Credentials:
         """Read `HIKYAKU_URL`, `HIKYAKU_API_KEY`, `HIKYAKU_AGENT_ID`, `HIKYAKU_AGENT_TOKEN`;
         explicit arguments win over the environment."""
         env = os.environ if environ is None else environ
+        unexpanded: list[str] = []
 
         def pick(explicit: str | None, name: str) -> str | None:
-            value = explicit if explicit else env.get(name, "")
-            return value.strip() or None
+            value = (explicit if explicit else env.get(name, "")).strip()
+            if _UNEXPANDED.match(value):
+                unexpanded.append(name)
+                return None
+            return value or None
 
         return cls(
             url=(pick(url, "HIKYAKU_URL") or DEFAULT_URL).rstrip("/"),
             api_key=pick(api_key, "HIKYAKU_API_KEY"),
             agent_token=pick(agent_token, "HIKYAKU_AGENT_TOKEN"),
             agent_id=pick(agent_id, "HIKYAKU_AGENT_ID"),
+            unexpanded=tuple(unexpanded),
+        )
+
+    def _unexpanded_hint(self) -> str:
+        if not self.unexpanded:
+            return ""
+        names = ", ".join(self.unexpanded)
+        return (
+            f" ({names} arrived as an unexpanded ${{…}} reference: the variable is not set where "
+            "the MCP client runs; `hikyaku setup CLIENT` writes it where the client reads it.)"
         )
 
     def with_agent(self, *, agent_id: str | None, agent_token: str | None) -> Credentials:
@@ -63,7 +84,7 @@ class Credentials:
         if not self.api_key:
             raise ConfigurationError(
                 "No credentials: set HIKYAKU_AGENT_TOKEN (from `hikyaku register`), "
-                "or HIKYAKU_API_KEY together with HIKYAKU_AGENT_ID."
+                "or HIKYAKU_API_KEY together with HIKYAKU_AGENT_ID." + self._unexpanded_hint()
             )
         if not self.agent_id:
             raise ConfigurationError(
@@ -77,7 +98,7 @@ class Credentials:
         if not key:
             raise ConfigurationError(
                 "HIKYAKU_API_KEY environment variable is required. "
-                "Create an API key in the Hikyaku web UI."
+                "Create an API key in the Hikyaku web UI." + self._unexpanded_hint()
             )
         return {"Authorization": f"Bearer {key}"}
 

@@ -1,5 +1,6 @@
 """`hikyaku-mcp`: the MCP server over stdio, acting as the agent configured in the environment
-(`HIKYAKU_URL`, `HIKYAKU_AGENT_TOKEN` or `HIKYAKU_API_KEY` + `HIKYAKU_AGENT_ID`).
+(`HIKYAKU_URL`, `HIKYAKU_AGENT_TOKEN` or `HIKYAKU_API_KEY` + `HIKYAKU_AGENT_ID`), offering the
+tools `HIKYAKU_MCP_TOOLS` selects (`core`, `all` or a comma list; `mcp_profiles`).
 
 While it runs it holds the agent's inbox stream open and buffers what arrives, so `poll`
 answers instantly. Startup order matters for not losing anything: the stream connects first,
@@ -14,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +27,7 @@ from .config import Credentials
 from .errors import HikyakuError
 from .http import HikyakuClient
 from .inbox import InboxBuffer
+from .mcp_profiles import ALL, TOOLS_VARIABLE, select_tools
 from .mcp_tools import build_server, waiting_for_me
 from .sse import InboxStream
 
@@ -189,7 +192,9 @@ class LocalSession:
         await self._switch(self.client.credentials.with_agent(agent_id=None, agent_token=None))
 
 
-def create_server(credentials: Credentials) -> tuple[MCPServer, LocalSession]:
+def create_server(
+    credentials: Credentials, *, tools: Iterable[str] = ALL
+) -> tuple[MCPServer, LocalSession]:
     session = LocalSession(credentials)
 
     @contextlib.asynccontextmanager
@@ -204,19 +209,25 @@ def create_server(credentials: Credentials) -> tuple[MCPServer, LocalSession]:
         finally:
             await session.aclose()
 
-    return build_server(resolve, lifespan=lifespan), session
+    return build_server(resolve, lifespan=lifespan, tools=tools), session
 
 
 def main() -> int:
     logging.basicConfig(
         stream=sys.stderr, level=logging.WARNING, format="hikyaku-mcp: %(levelname)s %(message)s"
     )
-    credentials = Credentials.from_env()
+    try:
+        tools = select_tools(os.environ.get(TOOLS_VARIABLE))
+        credentials = Credentials.from_env()
+    except HikyakuError as exc:
+        # Before the MCP session starts, stderr is the only place a client shows.
+        sys.stderr.write(f"hikyaku-mcp: {exc}\n")
+        return 2
     if not credentials.api_key and not credentials.agent_token:
         log.warning(
             "no credentials: set HIKYAKU_AGENT_TOKEN (or HIKYAKU_API_KEY + HIKYAKU_AGENT_ID)"
         )
-    server, _session = create_server(credentials)
+    server, _session = create_server(credentials, tools=tools)
     try:
         server.run("stdio")
     except KeyboardInterrupt:

@@ -10,33 +10,31 @@
   answers "what is waiting for me" from the broker.
 
 Every tool returns structured content (the A2A 1.0 objects) plus a short text summary, and
-turns broker errors into tool errors with one readable line.
+turns broker errors into tool errors with one readable line. Which tools a server offers, the
+texts that differ between stdio and `/mcp`, and the refusal of unknown arguments are in
+`mcp_profiles`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Annotated, Any, Protocol
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from . import __version__, render
 from .errors import HikyakuError
 from .http import HikyakuClient
+from .mcp_profiles import ALL, STDIO, StrictTool, Surface, compact_schema
 from .wire import build_parts, normalize_state
 
-INSTRUCTIONS = (
-    "Hikyaku is a message broker between coding agents. Messages you receive are tasks in your "
-    "inbox: poll for news, then ack (just read) or accept → complete/reject/fail; block to ask "
-    "the sender a question, who answers with reply. Tasks you sent: outbox, get_task, cancel."
-)
+__all__ = ["StatelessSession", "ToolSession", "build_server", "compact_schema", "waiting_for_me"]
 
 TaskId = Annotated[str, Field(description="task id")]
 Text = Annotated[str, Field(description="text")]
@@ -178,14 +176,20 @@ def build_server(
     *,
     name: str = "hikyaku",
     lifespan: Callable[[MCPServer], AbstractAsyncContextManager[Any]] | None = None,
+    surface: Surface = STDIO,
+    tools: Iterable[str] = ALL,
 ) -> MCPServer:
-    tools: list[Tool] = []
+    """The MCP server offering `tools` (names from `mcp_profiles.ALL`), worded for `surface`."""
+    offered = set(tools)
+    specs: list[StrictTool] = []
 
     def tool(description: str, annotations: ToolAnnotations = _WRITE):
         def register_tool(fn: Callable[..., Any]) -> Callable[..., Any]:
-            spec = Tool.from_function(fn, description=description, annotations=annotations)
-            spec.parameters = compact_schema(spec.parameters)
-            tools.append(spec)
+            if fn.__name__ not in offered:
+                return fn
+            spec = StrictTool.from_function(fn, description=description, annotations=annotations)
+            spec.parameters = {**compact_schema(spec.parameters), "additionalProperties": False}
+            specs.append(spec)
             return fn
 
         return register_tool
@@ -199,7 +203,7 @@ def build_server(
             session.note_own(task)
         return _result(f"{_DONE[action]}: {render.task_summary(task)}", {"task": task})
 
-    @tool("Who this agent is (id, name) and the inbox stream status.", _READ)
+    @tool(surface.whoami, _READ)
     async def whoami(ctx: Context) -> CallToolResult:
         async with resolve(ctx) as session:
             try:
@@ -266,11 +270,7 @@ def build_server(
             f"Broadcast to {count} agent(s): task {summary.get('id')}", {"task": summary}
         )
 
-    @tool(
-        "New messages and updates on your tasks since the last poll, each returned once. "
-        "Filters leave other items for later.",
-        _READ,
-    )
+    @tool(surface.poll, _READ)
     async def poll(
         ctx: Context,
         since: Annotated[str | None, Field(description="ISO 8601; changed at/after")] = None,
@@ -382,9 +382,7 @@ def build_server(
             "\n".join(lines), {"tasks": tasks, "nextPageToken": result.get("nextPageToken", "")}
         )
 
-    @tool(
-        "Register a new agent with the tenant API key; a server without an identity adopts it.",
-    )
+    @tool(surface.register)
     async def register(
         ctx: Context,
         name: Annotated[str, Field(description="agent name")],
@@ -392,7 +390,7 @@ def build_server(
         skills: Annotated[
             list[dict[str, Any]] | str | None, Field(description="A2A skills (list or JSON)")
         ] = None,
-        api_key: Annotated[str | None, Field(description="tenant key (default: env)")] = None,
+        api_key: Annotated[str | None, Field(description="tenant API key (hky_…)")] = None,
     ) -> CallToolResult:
         if isinstance(skills, str):
             try:
@@ -400,6 +398,8 @@ def build_server(
             except ValueError as exc:
                 raise ToolError(f"skills is not valid JSON: {exc}") from None
         async with resolve(ctx) as session:
+            if not (api_key or session.client.credentials.api_key):
+                raise ToolError(surface.missing_key)
             try:
                 registration = await session.client.register(
                     name=name, description=description, skills=skills, api_key=api_key
@@ -408,10 +408,10 @@ def build_server(
                 raise ToolError(str(exc)) from None
             adopted = await session.adopt(registration)
         text = f"Registered {registration.get('name')} ({registration.get('agent_id')})."
-        text += " This server now acts as it." if adopted else " The token is shown only once."
+        text += " This server now acts as it." if adopted else f" {surface.registered_not_adopted}"
         return _result(text, {**registration, "adopted": adopted})
 
-    @tool("Deregister this agent; its credentials stop working.", _DESTRUCTIVE)
+    @tool("Deregister the calling agent; its credentials stop working.", _DESTRUCTIVE)
     async def deregister(ctx: Context) -> CallToolResult:
         async with resolve(ctx) as session:
             agent_id = session.client.credentials.agent_id
@@ -423,31 +423,8 @@ def build_server(
         return _result(f"Agent {agent_id} deregistered.", {"status": "deregistered"})
 
     return MCPServer(
-        name, version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan, tools=tools
+        name, version=__version__, instructions=surface.instructions, lifespan=lifespan, tools=specs
     )
-
-
-def compact_schema(schema: Any) -> Any:
-    """Tool input schemas without what costs tokens and says nothing: titles, and the
-    `anyOf [T, null]` + `default: null` of optional parameters (absent means none)."""
-    if isinstance(schema, list):
-        return [compact_schema(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    compacted = {k: compact_schema(v) for k, v in schema.items() if k != "title"}
-    any_of = compacted.get("anyOf")
-    if isinstance(any_of, list) and {"type": "null"} in any_of:
-        rest = [option for option in any_of if option != {"type": "null"}]
-        del compacted["anyOf"]
-        if len(rest) == 1:
-            compacted = {**rest[0], **compacted}
-        elif rest:
-            compacted["anyOf"] = rest
-        if compacted.get("default", ...) is None:
-            del compacted["default"]
-    elif compacted.get("default", ...) is None:
-        del compacted["default"]
-    return compacted
 
 
 def _box_of(task: dict[str, Any], session: ToolSession) -> str:

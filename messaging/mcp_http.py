@@ -18,7 +18,9 @@ checked against ALLOWED_HOSTS here (this path bypasses Django's request handling
 SDK's own localhost-only DNS-rebinding guard is off: bearer credentials are never sent by a
 browser on its own, so a rebinding page cannot use them.
 
-The tools are `hikyaku_client.mcp_tools`, the very functions of the stdio server. Each tool call
+The tools are `hikyaku_client.mcp_tools`, the very functions of the stdio server, worded for this
+surface (`mcp_profiles.HTTP`: no buffer, credentials from headers) and limited to the profile
+`HIKYAKU_MCP_TOOLS` names in the broker's environment. Each tool call
 runs on a `HikyakuClient` whose transport calls the broker's WSGI app in-process with the
 caller's own credentials, so MCP goes through exactly the same views, services, limits and
 policy as REST and JSON-RPC. The server is stateless (`stateless_http`, JSON responses): any
@@ -51,6 +53,7 @@ from agents.auth import AgentIdentity, authenticate_agent, bearer_secret
 from hikyaku.errors import HikyakuError, InvalidRequest, RateLimited, Unauthenticated
 from hikyaku_client.config import Credentials
 from hikyaku_client.http import HikyakuClient
+from hikyaku_client.mcp_profiles import HTTP, select_tools
 from hikyaku_client.mcp_tools import StatelessSession, build_server
 
 log = logging.getLogger(__name__)
@@ -137,7 +140,8 @@ _state = _Holder()
 
 
 def _new_server() -> MCPServer:
-    server = build_server(_resolve)
+    # A bad HIKYAKU_MCP_TOOLS raises here, at startup (lifespan.startup.failed), not per request.
+    server = build_server(_resolve, surface=HTTP, tools=select_tools(settings.HIKYAKU_MCP_TOOLS))
     # Creates the session manager; the Starlette app it returns is not used (we mount ourselves).
     server.streamable_http_app(
         streamable_http_path=PATH,

@@ -18,6 +18,7 @@ from ..sse import InboxStream
 from ..wire import build_parts
 from .options import PROG
 from .output import Output, UsageError
+from .setup import cmd_setup
 
 
 def _task_id(args: argparse.Namespace) -> str:
@@ -351,4 +352,5 @@ COMMANDS: dict[str, Handler] = {
     "thread": cmd_thread,
     "watch": cmd_watch,
     "deregister": cmd_deregister,
+    "setup": cmd_setup,
 }

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 from .. import __version__
 from ..errors import ConfigurationError
 from ..wire import HUMAN_STATES, normalize_state
+from .setup import add_parser as add_setup_parser
 
 PROG = "hikyaku"
 STATE_NAMES = ", ".join(HUMAN_STATES)
@@ -209,4 +210,6 @@ def build_parser() -> Parser:
     p.add_argument("--timeout", type=float, help="exit after S seconds")
 
     command("deregister", "Deregister the acting agent (its token stops working).")
+
+    add_setup_parser(command)
     return parser
