@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
 
 from hikyaku import rows
@@ -107,7 +108,12 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
             " ON t.id = agents_agent.tenant_id WHERE agents_agent.token_hash = %s AND agents_agent.status = %s",
             [token_hash, Agent.Status.ACTIVE],
         )
-        if agent is None or not secrets_match(raw, agent.token_hash or ""):
+        if (
+            agent is None
+            or not secrets_match(raw, agent.token_hash or "")
+            or (agent.token_expires_at is not None and agent.token_expires_at <= timezone.now())
+        ):
+            # The same words for an expired token as for an unknown one: no oracle.
             raise Unauthenticated("Invalid agent token, or the agent is not active.")
         if claimed_id is not None and claimed_id != agent.id:
             raise Unauthenticated("X-Agent-Id does not match the agent token.")
@@ -150,8 +156,16 @@ def identity_is_current(identity: AgentIdentity) -> bool:
     authentication itself (the ORM spent ~0.4 ms compiling the join, see hikyaku/rows.py)."""
     agent_id = rows.prep(Agent, "id", identity.agent.pk)
     if identity.via_token:
-        sql = "SELECT 1 FROM agents_agent WHERE id = %s AND status = %s AND token_hash = %s"
-        params = [agent_id, Agent.Status.ACTIVE, identity.credential_hash]
+        sql = (
+            "SELECT 1 FROM agents_agent WHERE id = %s AND status = %s AND token_hash = %s"
+            " AND (token_expires_at IS NULL OR token_expires_at > %s)"
+        )
+        params = [
+            agent_id,
+            Agent.Status.ACTIVE,
+            identity.credential_hash,
+            rows.prep(Agent, "token_expires_at", timezone.now()),
+        ]
     else:
         # Every condition applies to the same key row.
         sql = (
@@ -180,12 +194,14 @@ def current_identities(identities: Iterable[AgentIdentity]) -> set[tuple[uuid.UU
     tokens = {(i.agent.pk, i.credential_hash) for i in identities if i.via_token}
     keys = {(i.agent.pk, i.credential_hash) for i in identities if not i.via_token}
     current: set[tuple[uuid.UUID, str]] = set()
-    for chunk in _chunks(sorted(tokens, key=str)):
-        rows = Agent.objects.filter(
-            pk__in={pk for pk, _ in chunk}, status=Agent.Status.ACTIVE
-        ).values_list("pk", "token_hash")
-        current |= {row for row in rows if row in chunk}
     now = timezone.now()
+    for chunk in _chunks(sorted(tokens, key=str)):
+        rows = (
+            Agent.objects.filter(pk__in={pk for pk, _ in chunk}, status=Agent.Status.ACTIVE)
+            .filter(Q(token_expires_at__isnull=True) | Q(token_expires_at__gt=now))
+            .values_list("pk", "token_hash")
+        )
+        current |= {row for row in rows if row in chunk}
     for chunk in _chunks(sorted(keys, key=str)):
         key_tenants = dict(
             ApiKey.objects.filter(
