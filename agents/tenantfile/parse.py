@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 Path = tuple[str | int, ...]
+MAP_TAG, SEQ_TAG = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
 
 
 @dataclass(frozen=True, order=True)
@@ -29,6 +30,8 @@ class Document:
     data: Any
     lines: dict[Path, int] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    # Paths whose YAML was already refused: what the checks would add about them is noise.
+    refused: set[Path] = field(default_factory=set)
 
     def line(self, path: Path) -> int:
         """The line of `path`, or of its nearest ancestor that has one."""
@@ -39,6 +42,8 @@ class Document:
         return self.lines.get((), 1)
 
     def problem(self, path: Path, message: str) -> None:
+        if any(path[: len(r)] == r for r in self.refused):
+            return
         self.problems.append(Problem(self.line(path), message))
 
 
@@ -61,6 +66,12 @@ def parse(text: str) -> Document:
 
 def _build(node: yaml.Node, path: Path, document: Document, loader: yaml.SafeLoader) -> Any:
     document.lines.setdefault(path, node.start_mark.line + 1)
+    if not isinstance(node, yaml.ScalarNode) and node.tag not in (MAP_TAG, SEQ_TAG):
+        # Scalars' tags are the safe constructor's to judge; a collection's would be ignored.
+        document.problems.append(
+            Problem(node.start_mark.line + 1, f"not valid YAML: unsupported tag {node.tag!r}")
+        )
+        document.refused.add(path)
     if isinstance(node, yaml.MappingNode):
         result: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -85,8 +96,8 @@ def _build(node: yaml.Node, path: Path, document: Document, loader: yaml.SafeLoa
     except yaml.YAMLError as exc:
         reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         document.problems.append(Problem(node.start_mark.line + 1, f"not valid YAML: {reason}"))
-        # The plain text stands in, so the one problem is reported once.
-        return node.value
+        document.refused.add(path)
+        return None
 
 
 def _scalar(node: yaml.ScalarNode, loader: yaml.SafeLoader) -> Any:
