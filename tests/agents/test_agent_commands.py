@@ -223,3 +223,17 @@ def test_the_rest_api_and_the_admin_bump_the_revision(tenant, api_key, agent, pe
     assert Agent.objects.get(pk=agent.id).receive_from == []
     assert revision(tenant) == start + 2
     assert AgentEvent.objects.filter(kind="policy").last().changes == {"receive_from": [["*"], []]}
+
+
+def test_open_streams_checks_stop_an_expired_token(agent):
+    """Both re-validations open streams use (one identity, and a whole process's batch)."""
+    from agents.auth import authenticate_agent, current_identities, identity_is_current
+
+    expires = timezone.now() + timedelta(minutes=1)
+    token = tokens.replace_agent_token(agent=agent.model, expires_at=expires)
+    identity = authenticate_agent(authorization=f"Bearer {token}", agent_id=None)
+    assert identity_is_current(identity)
+    assert current_identities([identity]) == {(identity.agent.pk, identity.credential_hash)}
+    with time_machine.travel(expires + timedelta(seconds=1)):
+        assert not identity_is_current(identity)
+        assert current_identities([identity]) == set()
