@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from io import StringIO
 from pathlib import Path
@@ -380,3 +381,32 @@ def test_the_file_can_come_from_standard_input(tenant, monkeypatch):
 
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(VALID.encode())))
     assert "valid" in run("tenantfile", "validate", "-")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_real_command_exits_1_with_one_line_per_problem_on_stderr(tenant, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.live import ROOT, test_database_url
+
+    def manage(*args: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "DATABASE_URL": test_database_url()}
+        return subprocess.run(
+            [sys.executable, "manage.py", "tenantfile", *args],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    good = write(tmp_path, VALID)
+    result = manage("validate", good)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    bad = write(tmp_path, VALID.replace("version: 1", "version: 9") + "    colour: x\n", "bad.yaml")
+    result = manage("validate", bad)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"{bad}:1: unsupported version 9: this release reads version 1",
+        f"{bad}:9: unknown key 'colour' in an agent (expected: name, description, skills, "
+        "public, status, send_to, receive_from, disclosure_ceiling, webhook_url)",
+    ]
+    result = manage("apply", good)
+    assert result.returncode == 0 and "+ create agent alice" in result.stdout
