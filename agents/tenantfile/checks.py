@@ -234,7 +234,7 @@ def _tenant(document: Document, tenant: Any) -> tuple[str, str]:
     if not isinstance(name, str) or len(name) > 200:
         document.problem(("tenant", "name"), "tenant.name must be text of at most 200 characters")
         name = ""
-    return slug, name.strip() or slug
+    return slug, name.strip()  # "" when left out: a new tenant is named after its slug
 
 
 def _agent(document: Document, index: int, raw: Any) -> AgentSpec | None:

@@ -184,10 +184,9 @@ def _plan(
 ) -> Plan:
     steps: list[Step] = []
     if tenant is None:
-        steps.append(
-            Step("create tenant", tenant_file.slug, [Change("name", None, tenant_file.name)])
-        )
-    elif tenant.name != tenant_file.name:
+        name = tenant_file.name or tenant_file.slug
+        steps.append(Step("create tenant", tenant_file.slug, [Change("name", None, name)]))
+    elif tenant_file.name and tenant.name != tenant_file.name:
         steps.append(
             Step("rename tenant", tenant_file.slug, [Change("name", tenant.name, tenant_file.name)])
         )
@@ -222,7 +221,9 @@ def _execute(
     may name agents created above), then status and deregistrations."""
     for step in plan.steps:
         if step.verb == "create tenant":
-            tenant = tenant_services.create_tenant(name=tenant_file.name, slug=tenant_file.slug)
+            tenant = tenant_services.create_tenant(
+                name=tenant_file.name or tenant_file.slug, slug=tenant_file.slug
+            )
         elif step.verb == "rename tenant":
             tenant_services.rename_tenant(tenant=tenant, name=tenant_file.name)
     assert tenant is not None

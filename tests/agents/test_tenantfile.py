@@ -410,3 +410,12 @@ def test_the_real_command_exits_1_with_one_line_per_problem_on_stderr(tenant, tm
     ]
     result = manage("apply", good)
     assert result.returncode == 0 and "+ create agent alice" in result.stdout
+
+
+def test_a_file_without_a_tenant_name_leaves_the_name_alone(tenant, tmp_path):
+    path = write(tmp_path, "version: 1\ntenant: {slug: acme}\nagents: []\n")
+    assert run("tenantfile", "apply", path).strip() == "Tenant acme: no changes."
+    assert Tenant.objects.get(pk=tenant.pk).name == "Acme"
+    new = write(tmp_path, "version: 1\ntenant: {slug: fresh}\nagents: []\n", "fresh.yaml")
+    run("tenantfile", "apply", new)
+    assert Tenant.objects.get(slug="fresh").name == "fresh"
