@@ -200,8 +200,8 @@ def build_server(
         return _result(f"{_DONE[action]}: {render.task_summary(task)}", {"task": task})
 
     @tool(
-        "Who this agent is (id, name, tenant), who it may send to and receive from, its "
-        "disclosure ceiling, the tenant's policy revision, and the inbox stream status.",
+        "Who this agent is (id, name, tenant), whom it may send to and receive from, its "
+        "ceiling and policy revision; stream status.",
         _READ,
     )
     async def whoami(ctx: Context) -> CallToolResult:
