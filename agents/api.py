@@ -1,4 +1,4 @@
-"""Registry REST API (DESIGN.md §3): thin DRF views over agents.services and selectors."""
+"""Registry REST API (docs/PROTOCOL.md §3): thin DRF views over agents.services and selectors."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class ErrorDetail(serializers.Serializer):
 
 
 class ErrorEnvelope(serializers.Serializer):
-    """The REST error envelope of DESIGN.md §3 (hikyaku.errors)."""
+    """The REST error envelope of docs/PROTOCOL.md §3 (hikyaku.errors)."""
 
     error = ErrorDetail()
 
@@ -345,7 +345,7 @@ OPERATOR_AUTH = (
 
 
 class AgentPolicyView(APIView):
-    """Who an agent may talk to (DESIGN.md §4.5), for the tenant's operators."""
+    """Who an agent may talk to (docs/PROTOCOL.md §4.5), for the tenant's operators."""
 
     @extend_schema(
         operation_id="get_agent_policy",

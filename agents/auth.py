@@ -1,4 +1,4 @@
-"""Agent authentication (DESIGN.md §2), one implementation for every surface.
+"""Agent authentication (docs/PROTOCOL.md §2), one implementation for every surface.
 
 REST, JSON-RPC, SSE and MCP-over-HTTP all call `authenticate_agent` with the raw
 `Authorization` and `X-Agent-Id` header values. Two identities are accepted:
@@ -6,7 +6,7 @@ REST, JSON-RPC, SSE and MCP-over-HTTP all call `authenticate_agent` with the raw
 1. compat: `Bearer <api key>` + `X-Agent-Id` (refused when the tenant requires agent tokens);
 2. `Bearer <agent token>`, with `X-Agent-Id` optional and, when present, matching.
 
-An agent's own A2A endpoint (DESIGN.md §8) also takes callers that are not agents of its
+An agent's own A2A endpoint (docs/PROTOCOL.md §8) also takes callers that are not agents of its
 tenant: `authenticate_peer_caller` names them (docs/PEERS.md).
 """
 
@@ -262,7 +262,7 @@ def _touch_agent(agent: Agent) -> None:
 
 @dataclass(frozen=True)
 class PeerCaller:
-    """Who calls an agent's own A2A endpoint (DESIGN.md §8, docs/PEERS.md).
+    """Who calls an agent's own A2A endpoint (docs/PROTOCOL.md §8, docs/PEERS.md).
 
     Either one of the callee tenant's agents acting as itself (`agent`), or an external
     caller named by `caller_id`: "tenant-key" (a key of the callee's tenant without

@@ -1,4 +1,4 @@
-"""A2A 1.0 agent cards: the broker's own card and one card per agent (DESIGN.md §4.7, §8)."""
+"""A2A 1.0 agent cards: the broker's own card and one card per agent (docs/PROTOCOL.md §4.7, §8)."""
 
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ def agent_url(agent: Agent, request: HttpRequest | None) -> str:
 
 
 def agent_card(agent: Agent, request: HttpRequest | None) -> dict[str, Any]:
-    """The agent's own A2A 1.0 card (DESIGN.md §8): its name, description and skills, its
+    """The agent's own A2A 1.0 card (docs/PROTOCOL.md §8): its name, description and skills, its
     endpoint on the broker, and whether anonymous callers are accepted (`public`)."""
     base = base_url(request)
     card = AgentCard(

@@ -1,4 +1,4 @@
-"""Where the broker may send webhooks (DESIGN.md §7): the SSRF guard.
+"""Where the broker may send webhooks (docs/PROTOCOL.md §7): the SSRF guard.
 
 A webhook destination is refused when its host resolves to an address that is not globally
 routable (loopback, private, link-local, shared 100.64/10, multicast, reserved, unspecified —

@@ -60,7 +60,7 @@ class Agent(models.Model):
     public = models.BooleanField(
         default=False, help_text="Anonymous A2A callers may message this agent."
     )
-    # Policy (DESIGN.md §4.5): allow-lists of agent ids or "*", and a disclosure ceiling.
+    # Policy (docs/PROTOCOL.md §4.5): allow-lists of agent ids or "*", and a disclosure ceiling.
     send_to = models.JSONField(default=allow_all, blank=True)
     receive_from = models.JSONField(default=allow_all, blank=True)
     disclosure_ceiling = models.CharField(

@@ -140,7 +140,7 @@ def set_agent_enabled(*, agent: Agent, enabled: bool) -> bool:
 
 def set_agent_public(*, agent: Agent, public: bool) -> bool:
     """Publish an agent (anyone may read its card, find it in the directory and message it
-    through its A2A endpoint, DESIGN.md §8) or withdraw that. True if this call changed it.
+    through its A2A endpoint, docs/PROTOCOL.md §8) or withdraw that. True if this call changed it.
     Withdrawing takes effect at once; tasks already sent stay in the agent's inbox."""
     with transaction.atomic():
         changed = (
@@ -224,7 +224,7 @@ def set_agent_policy(
     receive_from: list[str] | None = None,
     disclosure_ceiling: str | None = None,
 ) -> Agent:
-    """Change who `agent` may talk to (DESIGN.md §4.5). An owner's action, never an agent's:
+    """Change who `agent` may talk to (docs/PROTOCOL.md §4.5). An owner's action, never an agent's:
     callers must have established that the actor is an owner or operator of the tenant.
 
     Allow-lists hold agent ids of the same tenant or "*" (anyone); an empty list allows

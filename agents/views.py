@@ -1,5 +1,5 @@
 """Plain Django views of the agents app: the broker's A2A agent card, every agent's own card
-(DESIGN.md §8) and the directory of cards at /a2a/agents/."""
+(docs/PROTOCOL.md §8) and the directory of cards at /a2a/agents/."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The A2A 1.0 JSON-RPC bodies the benchmark sends, and reading what comes back.
 
 Hand-written on purpose: the benchmark is a client and must cost as little CPU as possible,
-and it checks the wire format the broker promises (DESIGN.md §4) rather than an SDK's view of it.
+and it checks the wire format the broker promises (docs/PROTOCOL.md §4) rather than an SDK's
+view of it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def send_message(
 
 
 def ack(*, message_id: str, task_id: str, rpc_id: int | str = 1) -> dict[str, Any]:
-    """A follow-up with no action: the recipient's ack (DESIGN.md §4.4)."""
+    """A follow-up with no action: the recipient's ack (docs/PROTOCOL.md §4.4)."""
     return {
         "jsonrpc": "2.0",
         "id": rpc_id,

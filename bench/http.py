@@ -1,8 +1,9 @@
 """A minimal keep-alive HTTP/1.1 client on asyncio streams.
 
-httpx costs ~5 ms of client CPU per request on these machines (FACTS.md), which would make the
-load generator the bottleneck and blur the figures. This client does only what the benchmark
-needs (POST/GET JSON, Content-Length or chunked bodies, keep-alive) for a few tenths of a ms.
+httpx costs ~5 ms of client CPU per request on these machines (docs/MEASUREMENTS.md), which would
+make the load generator the bottleneck and blur the figures. This client does only what the
+benchmark needs (POST/GET JSON, Content-Length or chunked bodies, keep-alive) for a few tenths
+of a ms.
 """
 
 from __future__ import annotations

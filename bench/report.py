@@ -6,7 +6,7 @@ from typing import Any
 
 from .phases import PhaseResult
 
-# The broker Hikyaku replaces (FACTS.md): not durable.
+# The broker Hikyaku replaces (docs/MEASUREMENTS.md): not durable.
 REPLACED_SEND_MS = 3.8
 REPLACED_REDIS_MS = 0.45
 

@@ -5,7 +5,7 @@
 Production topology on this machine: Postgres, a private Redis, one granian WSGI process for
 the sends (request/response), and ONE uvicorn process serving hikyaku.asgi for the streams.
 Subscribers are raw asyncio sockets in several client processes (a Python HTTP client per
-stream would be the bottleneck: FACTS.md). Phases:
+stream would be the bottleneck: docs/MEASUREMENTS.md). Phases:
 
 1. live   — N subscribers; sends at R/s to random subscribers for S seconds: send→event
             latency (p50/p90/p99/max), lost and duplicated events, stream-server CPU per event.

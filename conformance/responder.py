@@ -5,7 +5,7 @@ behaviour it expects by the prefix of each message's `messageId` (its scenarios/
 This process is that agent. It holds only the agent's token and uses our client package the
 way a coding agent's tooling does: it follows its inbox stream (`GET /api/v1/subscribe`, with
 a `ListTasks` backfill each time the stream connects) and answers with the lifecycle verbs of
-DESIGN.md §4.4 (`accept`, `complete`, `block`, `reject`). The broker has no TCK logic.
+docs/PROTOCOL.md §4.4 (`accept`, `complete`, `block`, `reject`). The broker has no TCK logic.
 
     python -m conformance.responder --url http://127.0.0.1:8000 --token hka_... --agent-id ...
 

@@ -2,7 +2,7 @@
 
 A small path dispatcher in front of Django. Streams go to the lean handlers of
 messaging.stream, which hold no thread per open stream (stock Django ASGI holds one per
-streaming response: FACTS.md); everything else goes to Django's ASGI handler:
+streaming response: docs/MEASUREMENTS.md); everything else goes to Django's ASGI handler:
 
 - `GET /api/v1/subscribe`                      → the agent's SSE inbox
 - `GET /ui/t/<slug>/events/`, `GET /ui/t/<slug>/agents/<id>/events/`

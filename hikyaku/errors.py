@@ -144,7 +144,7 @@ def _validation_details(detail: Any) -> dict[str, Any]:
 
 
 def rest_exception_handler(exc: Exception, context: dict) -> Response | None:
-    """DRF exception handler: every error leaves in the envelope of DESIGN.md §3."""
+    """DRF exception handler: every error leaves in the envelope of docs/PROTOCOL.md §3."""
     from django.db import DatabaseError, DataError
     from django.http import Http404
 

@@ -2,7 +2,7 @@
 
 `/healthz` says the process answers. `/readyz` says it can serve: 200 when the database
 answers, 503 (never 500) when it does not. Redis is reported but does not fail readiness:
-it only carries doorbells and the Celery queue, sends still commit without it (DESIGN.md §5),
+it only carries doorbells and the Celery queue, sends still commit without it (docs/PROTOCOL.md §5),
 and pulling every web process out of the load balancer because Redis blinked would turn a
 delay into an outage.
 """

@@ -64,8 +64,8 @@ API_DOCS_CONTENT_SECURITY_POLICY = (
 def security_headers_middleware(get_response):
     """Set CSP (with frame-ancestors 'none'), a referrer policy and a permissions policy.
 
-    Sync and async capable, so it adds no thread hop under ASGI (FACTS.md). A view that sets
-    its own Content-Security-Policy keeps it.
+    Sync and async capable, so it adds no thread hop under ASGI (docs/MEASUREMENTS.md). A view
+    that sets its own Content-Security-Policy keeps it.
     """
 
     def add_headers(request: HttpRequest, response: HttpResponse) -> HttpResponse:

@@ -1,4 +1,4 @@
-"""One access-log line and one metrics sample per request (DESIGN.md §11).
+"""One access-log line and one metrics sample per request (docs/PROTOCOL.md §11).
 
 The outermost middleware. For every request it
 - takes the caller's `X-Request-Id` when it is a sane token (letters, digits, `._:-`, at most
@@ -19,7 +19,7 @@ tokens cannot leak through this line.
 Health checks and `/metrics` scrapes are counted but logged at DEBUG, so a load balancer
 polling `/readyz` does not drown the log. `HIKYAKU_REQUEST_LOG=false` turns the line off.
 
-Sync and async capable, so under ASGI it adds no thread hop (FACTS.md). For a streaming
+Sync and async capable, so under ASGI it adds no thread hop (docs/MEASUREMENTS.md). For a streaming
 response the duration ends when the headers leave, not when the stream closes.
 """
 

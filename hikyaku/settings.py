@@ -237,7 +237,7 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
-    # Every operation authenticates with a bearer credential (DESIGN.md §2): an agent token,
+    # Every operation authenticates with a bearer credential (docs/PROTOCOL.md §2): an agent token,
     # or a tenant API key (plus X-Agent-Id when acting as an agent).
     "APPEND_COMPONENTS": {
         "securitySchemes": {
@@ -308,7 +308,7 @@ HIKYAKU_WORKER_METRICS_PORT = env.int("HIKYAKU_WORKER_METRICS_PORT", default=0)
 # One access line per request on the hikyaku.request logger (hikyaku/request_log.py).
 HIKYAKU_REQUEST_LOG = env.bool("HIKYAKU_REQUEST_LOG", default=True)
 
-# Agents as A2A peers (DESIGN.md §8, docs/PEERS.md). A blocking SendMessage on an agent's own
+# Agents as A2A peers (docs/PROTOCOL.md §8, docs/PEERS.md). A blocking SendMessage on an agent's own
 # endpoint waits at most HIKYAKU_BLOCKING_TIMEOUT_SECONDS for the agent to answer, holding a
 # server thread meanwhile; at most HIKYAKU_MAX_BLOCKING_WAITS such waits run per process
 # (beyond that SendMessage answers at once, as with returnImmediately).

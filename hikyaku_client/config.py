@@ -1,5 +1,5 @@
 """Where the broker is and who we are: `HIKYAKU_URL`, `HIKYAKU_AGENT_TOKEN`, or the old pair
-`HIKYAKU_API_KEY` + `HIKYAKU_AGENT_ID` (DESIGN.md §2)."""
+`HIKYAKU_API_KEY` + `HIKYAKU_AGENT_ID` (docs/PROTOCOL.md §2)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ class Credentials:
         return bool(self.agent_token or (self.api_key and self.agent_id))
 
     def agent_headers(self) -> dict[str, str]:
-        """Headers that authenticate as the agent (DESIGN.md §2)."""
+        """Headers that authenticate as the agent (docs/PROTOCOL.md §2)."""
         if self.agent_token:
             headers = {"Authorization": f"Bearer {self.agent_token}"}
             if self.agent_id:

@@ -4,9 +4,9 @@ Every request carries `A2A-Version: 1.0`, so the broker answers in the A2A 1.0 d
 (ProtoJSON camelCase, parts `{"text"}`/`{"data"}`/`{"url"}`/`{"raw"}`, states `TASK_STATE_*`,
 `SendMessage` → `{"task": {...}}`, `GetTask`/`CancelTask` → the Task itself).
 
-Identity (DESIGN.md §2) comes from `Credentials`: an agent token (`Bearer hka_…`) or the tenant
-key plus `X-Agent-Id`. Sends carry a `messageId` chosen once per call and are retried with the
-same id after a transport failure, so a send whose outcome was lost is never delivered twice.
+Identity (docs/PROTOCOL.md §2) comes from `Credentials`: an agent token (`Bearer hka_…`) or the
+tenant key plus `X-Agent-Id`. Sends carry a `messageId` chosen once per call and are retried with
+the same id after a transport failure, so a send whose outcome was lost is never delivered twice.
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ class HikyakuClient:
             raise rpc_error(payload["error"])
         return payload.get("result")
 
-    # Registry (REST, DESIGN.md §3).
+    # Registry (REST, docs/PROTOCOL.md §3).
 
     async def register(
         self,
@@ -290,7 +290,7 @@ class HikyakuClient:
             if not cursor:
                 return events
 
-    # Messaging (A2A JSON-RPC, DESIGN.md §4).
+    # Messaging (A2A JSON-RPC, docs/PROTOCOL.md §4).
 
     async def send_message(self, message: dict[str, Any]) -> dict[str, Any]:
         """SendMessage; `message` gets a role and a messageId if it has none. Returns the Task."""
@@ -337,7 +337,7 @@ class HikyakuClient:
         parts: list[dict[str, Any]] | None = None,
         message_id: str | None = None,
     ) -> dict[str, Any]:
-        """A lifecycle verb of DESIGN.md §4.4 on a task; returns the updated Task."""
+        """A lifecycle verb of docs/PROTOCOL.md §4.4 on a task; returns the updated Task."""
         if action not in ACTIONS:
             raise ConfigurationError(f"Unknown action {action!r}.")
         message: dict[str, Any] = {

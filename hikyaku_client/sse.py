@@ -1,4 +1,4 @@
-"""The inbox stream (`GET /api/v1/subscribe`, DESIGN.md §6) with resume and backoff.
+"""The inbox stream (`GET /api/v1/subscribe`, docs/PROTOCOL.md §6) with resume and backoff.
 
 `InboxStream.events()` yields every event of the agent's stream forever: `ready` each time a
 connection is live, then `message` (a task delivered to us) and `task-update` (a change on a

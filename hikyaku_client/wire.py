@@ -1,5 +1,5 @@
 """The A2A 1.0 vocabulary the client writes: parts (ProtoJSON, no "kind"), task states and the
-lifecycle verbs of DESIGN.md §4.4."""
+lifecycle verbs of docs/PROTOCOL.md §4.4."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ After a transaction that wrote task events commits, `ring_after_commit` tells st
 processes which agents have news and the highest event id written. Payloads carry ids only;
 streams read the events themselves from the database, so a lost doorbell delays an event
 (until the next doorbell or the stream's periodic check) but never loses it. Ringing never
-raises: a send that committed is a success even when Redis is down (FACTS.md).
+raises: a send that committed is a success even when Redis is down
+(docs/PROTOCOL.md §5, docs/MEASUREMENTS.md "Faults").
 
 Sync request handlers publish with one plain redis-py PUBLISH in the channels-redis pub/sub
 wire format (~0.05 ms instead of ~10 ms for async_to_sync(group_send)); stream processes

@@ -1,4 +1,4 @@
-"""MCP over Streamable HTTP at `/mcp` (DESIGN.md §10): the `hikyaku-mcp` tools, served by the
+"""MCP over Streamable HTTP at `/mcp` (docs/PROTOCOL.md §10): the `hikyaku-mcp` tools, served by the
 broker so an MCP client needs no local process.
 
 How to mount it (hikyaku/asgi.py does this): route HTTP requests for `/mcp` to `app`, and run
@@ -67,7 +67,7 @@ class InProcessTransport(httpx.AsyncBaseTransport):
     """An httpx transport that answers from the broker's own WSGI app, in a worker thread.
 
     Request/response views cost far less CPU under WSGI than under Django's ASGI handler
-    (FACTS.md), and a worker thread keeps the event loop free while the view runs."""
+    (docs/MEASUREMENTS.md), and a worker thread keeps the event loop free while the view runs."""
 
     def __init__(self) -> None:
         self._wsgi = httpx.WSGITransport(app=_wsgi_app())

@@ -43,7 +43,7 @@ class Task(models.Model):
     tenant = models.ForeignKey(
         Tenant, on_delete=models.CASCADE, related_name="tasks", db_index=False
     )
-    # Null for external A2A callers (DESIGN.md §8); `caller_id` then names them.
+    # Null for external A2A callers (docs/PROTOCOL.md §8); `caller_id` then names them.
     sender = models.ForeignKey(
         Agent,
         null=True,
@@ -251,7 +251,7 @@ class PushConfig(models.Model):
     auth_scheme = models.CharField(max_length=100, blank=True)
     # Sent as `Authorization: <scheme> <credentials>`; the broker must send it, so it is kept.
     auth_credentials = models.TextField(max_length=4000, blank=True)
-    # Null for external A2A callers (DESIGN.md §8); `created_by_caller` then names them.
+    # Null for external A2A callers (docs/PROTOCOL.md §8); `created_by_caller` then names them.
     created_by = models.ForeignKey(
         Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )

@@ -1,4 +1,4 @@
-"""Who may talk to whom (DESIGN.md §4.5): allow-lists and disclosure ceilings.
+"""Who may talk to whom (docs/PROTOCOL.md §4.5): allow-lists and disclosure ceilings.
 
 Every send, read and transition asks these functions, so narrowing a policy closes access to
 history too. A refusal is reported by callers exactly like "not found".

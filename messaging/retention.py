@@ -1,4 +1,4 @@
-"""Retention (DESIGN.md §11): what the broker forgets, and when.
+"""Retention (docs/PROTOCOL.md §11): what the broker forgets, and when.
 
 - Tasks in a terminal state (completed, rejected, failed, canceled — broadcast summaries
   included) whose last change is older than HIKYAKU_RETENTION_DAYS, with their events and

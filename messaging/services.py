@@ -1,4 +1,4 @@
-"""Every write of the messaging core: sends, broadcasts and the task lifecycle (DESIGN.md §4).
+"""Every write of the messaging core: sends, broadcasts and the task lifecycle (docs/PROTOCOL.md §4).
 
 Each service is one transaction that compare-and-sets the task and appends its event rows
 (on Postgres, the hot ones are one statement each: docs/ARCHITECTURE.md, "Write paths").
@@ -61,7 +61,7 @@ UNREAD = {"state": TaskState.INPUT_REQUIRED, "awaiting": Task.Awaiting.RECIPIENT
 
 @dataclass(frozen=True)
 class Transition:
-    """One row of the lifecycle table (DESIGN.md §4.4)."""
+    """One row of the lifecycle table (docs/PROTOCOL.md §4.4)."""
 
     actor: str  # "recipient", "sender" or "either"
     sources: frozenset[str]
@@ -110,7 +110,7 @@ ACTIONS = sorted(TRANSITIONS)
 
 @dataclass(frozen=True)
 class Sender:
-    """Who sends or acts: a tenant agent, or an external A2A caller (DESIGN.md §8)."""
+    """Who sends or acts: a tenant agent, or an external A2A caller (docs/PROTOCOL.md §8)."""
 
     tenant: Tenant
     agent: Agent | None
@@ -729,7 +729,7 @@ def _artifact(name: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str, Any]) -> Task:
-    """A lifecycle action (DESIGN.md §4.4) by a party of the task, as a compare-and-set."""
+    """A lifecycle action (docs/PROTOCOL.md §4.4) by a party of the task, as a compare-and-set."""
     transition = TRANSITIONS.get(action) if isinstance(action, str) else None
     if transition is None:
         raise InvalidRequest(

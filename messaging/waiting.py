@@ -1,4 +1,4 @@
-"""Blocking SendMessage on an agent's own A2A endpoint (DESIGN.md §8): wait, bounded, until
+"""Blocking SendMessage on an agent's own A2A endpoint (docs/PROTOCOL.md §8): wait, bounded, until
 the agent has answered the task.
 
 The waiting request re-reads the task from the database. It sleeps between reads on an event

@@ -1,4 +1,4 @@
-"""Per-credential rate limiting (DESIGN.md §4.6): a fixed one-minute window per API key or
+"""Per-credential rate limiting (docs/PROTOCOL.md §4.6): a fixed one-minute window per API key or
 agent token, shared by every process through Redis when configured, and in process memory
 otherwise (the embedded single-process default).
 

@@ -1,4 +1,4 @@
-"""`hikyaku`: the command line for agents (DESIGN.md §10).
+"""`hikyaku`: the command line for agents (docs/PROTOCOL.md §10).
 
 The old broker's commands and options work unchanged (`register`, `send`, `broadcast`, `poll`,
 `ack`, `cancel`, `get-task`, `agents`, `deregister`, the global `--json`, `--agent-id` on every

@@ -1,9 +1,9 @@
 """Every agent an A2A peer: the JSON-RPC endpoint `POST /a2a/agents/<agent_id>/`
-(DESIGN.md §8, docs/PEERS.md).
+(docs/PROTOCOL.md §8, docs/PEERS.md).
 
 A standard A2A 1.0 client talks to one agent here as if the agent ran its own server. The
 broker puts the caller's messages in the agent's inbox with the caller recorded as sender,
-and the agent works them through the lifecycle of DESIGN.md §4.4 from its inbox and stream.
+and the agent works them through the lifecycle of docs/PROTOCOL.md §4.4 from its inbox and stream.
 This endpoint is the caller's side of that conversation:
 
 - `SendMessage` without `taskId` creates a task for the agent; with `taskId` it is a follow-up

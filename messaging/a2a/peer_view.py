@@ -1,4 +1,4 @@
-"""The caller's view of a task on an agent's own endpoint (DESIGN.md §8, docs/PEERS.md).
+"""The caller's view of a task on an agent's own endpoint (docs/PROTOCOL.md §8, docs/PEERS.md).
 
 The broker keeps one task for both parties; a caller of `/a2a/agents/<id>/` sees it the way
 A2A means it, in every answer, stream event and push notification:

@@ -1,4 +1,4 @@
-"""The two wire dialects of the JSON-RPC surface (DESIGN.md §4.1).
+"""The two wire dialects of the JSON-RPC surface (docs/PROTOCOL.md §4.1).
 
 Internally every message, history entry and artifact is A2A 1.0 ProtoJSON. Requests are parsed
 with a2a-sdk 1.3 types (1.0: the protobuf types; 0.3: the compat pydantic types converted to

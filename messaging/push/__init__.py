@@ -1,4 +1,4 @@
-"""Push notifications (DESIGN.md §7): task push configs, agent webhooks, and their delivery.
+"""Push notifications (docs/PROTOCOL.md §7): task push configs, agent webhooks, and their delivery.
 
 `configs` — the A2A TaskPushNotificationConfig services; `delivery` — fan-out, attempts,
 retries; `payloads` — the StreamResponse bodies and the signature; `http` — the guarded POST.

@@ -1,4 +1,4 @@
-"""Push configs and the webhook delivery log in the admin: read-only (DESIGN.md §9).
+"""Push configs and the webhook delivery log in the admin: read-only (docs/PROTOCOL.md §9).
 
 Registered from MessagingConfig.ready(), next to messaging/admin.py (tasks and events)."""
 

@@ -1,4 +1,4 @@
-"""Webhook delivery (DESIGN.md §7): fan-out, attempts, retries and the delivery log.
+"""Webhook delivery (docs/PROTOCOL.md §7): fan-out, attempts, retries and the delivery log.
 
 The database is the delivery guarantee, the queue only a wake-up (as for streams):
 1. `schedule` runs inside the transaction that writes the events. It inserts one

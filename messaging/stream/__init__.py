@@ -1,4 +1,4 @@
-"""Live streams (DESIGN.md §6, §4.2): the SSE inbox, A2A streaming and the web UI's session
+"""Live streams (docs/PROTOCOL.md §6, §4.2): the SSE inbox, A2A streaming and the web UI's session
 stream, served by lean raw-ASGI handlers that hikyaku.asgi routes to ahead of Django.
 
 - hub:    one doorbell listener + one periodic catch-up scan per process; wakes streams

@@ -1,4 +1,4 @@
-"""A2A streaming over JSON-RPC (DESIGN.md §4.2): SendStreamingMessage and SubscribeToTask.
+"""A2A streaming over JSON-RPC (docs/PROTOCOL.md §4.2): SendStreamingMessage and SubscribeToTask.
 
 The response is an SSE stream whose `data:` lines are JSON-RPC responses, as a2a-sdk's server
 writes them and its client transport reads them:

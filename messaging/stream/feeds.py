@@ -5,7 +5,7 @@ run on a stream DB thread (messaging.stream.db) — or, in a WSGI process, in th
 thread — and read only the database: the hub decides *when* to read, the feed *what*.
 
 - `InboxFeed` — `GET /api/v1/subscribe`: `message` for a task delivered to the agent,
-  `task-update` for any other event of a task it sent or received (DESIGN.md §6).
+  `task-update` for any other event of a task it sent or received (docs/PROTOCOL.md §6).
 - `TenantFeed` — the web UI's session stream: every event of a tenant, or of one agent.
 - `TaskFeed` (messaging.stream.a2a) — A2A SendStreamingMessage / SubscribeToTask.
 """

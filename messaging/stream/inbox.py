@@ -1,4 +1,4 @@
-"""`GET /api/v1/subscribe`: an agent's inbox as Server-Sent Events (DESIGN.md §6)."""
+"""`GET /api/v1/subscribe`: an agent's inbox as Server-Sent Events (docs/PROTOCOL.md §6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A2A streaming on an agent's own endpoint (DESIGN.md §8, docs/PEERS.md):
+"""A2A streaming on an agent's own endpoint (docs/PROTOCOL.md §8, docs/PEERS.md):
 SendStreamingMessage and SubscribeToTask on `POST /a2a/agents/<agent_id>/`.
 
 The same SSE stream as the broker endpoint's (messaging/stream/a2a.py: the task first, then

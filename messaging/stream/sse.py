@@ -92,5 +92,5 @@ def error_headers(error: HikyakuError) -> list[tuple[bytes, bytes]]:
 
 
 async def send_error(send: Send, error: HikyakuError) -> None:
-    """A REST error envelope (DESIGN.md §3)."""
+    """A REST error envelope (docs/PROTOCOL.md §3)."""
     await send_json(send, error.status, error.envelope(), error_headers(error))

@@ -1,4 +1,4 @@
-"""Every agent's own A2A card and the card directory (DESIGN.md §8)."""
+"""Every agent's own A2A card and the card directory (docs/PROTOCOL.md §8)."""
 
 import pytest
 from a2a.types import AgentCard

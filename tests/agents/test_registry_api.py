@@ -110,7 +110,7 @@ def test_body_over_the_limit_is_413(client, api_key, settings):
     assert_error(response, 413, "PAYLOAD_TOO_LARGE")
 
 
-# Authentication (DESIGN.md §2) ------------------------------------------------------------
+# Authentication (docs/PROTOCOL.md §2) ------------------------------------------------------------
 
 
 def get_agents(client: Client, authorization: str | None, agent_id: str | None = None):

@@ -1,4 +1,4 @@
-"""Two concurrent actions on one task never both succeed (DESIGN.md §4.4)."""
+"""Two concurrent actions on one task never both succeed (docs/PROTOCOL.md §4.4)."""
 
 import threading
 import uuid

@@ -1,4 +1,4 @@
-"""The lifecycle table of DESIGN.md §4.4, row by row, and its refusals."""
+"""The lifecycle table of docs/PROTOCOL.md §4.4, row by row, and its refusals."""
 
 import uuid
 

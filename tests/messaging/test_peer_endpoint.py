@@ -1,4 +1,4 @@
-"""An agent's own A2A endpoint, POST /a2a/agents/<id>/ (DESIGN.md §8, docs/PEERS.md), through
+"""An agent's own A2A endpoint, POST /a2a/agents/<id>/ (docs/PROTOCOL.md §8, docs/PEERS.md), through
 Django's test client. Blocking sends and real A2A clients: test_peer_live.py."""
 
 from __future__ import annotations

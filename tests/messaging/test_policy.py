@@ -1,4 +1,4 @@
-"""Who may talk to whom (DESIGN.md §4.5): the allow-list matrix on every surface, disclosure
+"""Who may talk to whom (docs/PROTOCOL.md §4.5): the allow-list matrix on every surface, disclosure
 ceilings, and disabled agents. Refusals must look exactly like "not found"."""
 
 from __future__ import annotations

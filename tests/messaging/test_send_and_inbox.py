@@ -230,7 +230,7 @@ def test_list_tasks_query_count_is_constant_per_page(agent, peer):
     assert few <= 4
 
 
-# Limits (DESIGN.md §4.6) -----------------------------------------------------------------
+# Limits (docs/PROTOCOL.md §4.6) -----------------------------------------------------------------
 
 
 def test_message_limits(agent, peer, settings):

@@ -8,7 +8,7 @@
   crash and restart without touching the machine's own.
 - `SendLoad`: several client threads sending unique messages with a ledger of every attempt
   and its outcome; a send that fails (reset, refused, 503) is retried with the same
-  `messageId` until it succeeds, as DESIGN.md §4.3 tells clients to.
+  `messageId` until it succeeds, as docs/PROTOCOL.md §4.3 tells clients to.
 - `record`: writes a scenario's figures to test-artifacts/reliability/<name>.json (the README's
   table is filled from these).
 """

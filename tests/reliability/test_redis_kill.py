@@ -1,4 +1,4 @@
-"""Redis dies, and so do the processes around it: nothing acknowledged is lost (DESIGN.md §5).
+"""Redis dies, and so do the processes around it: nothing acknowledged is lost (docs/PROTOCOL.md §5).
 
 Redis carries the doorbells, the shared rate-limit counters and the Celery queue, never a
 message. Each scenario runs real server processes against a private redis-server that it

@@ -1,4 +1,4 @@
-"""SIGKILL the web server in the middle of a 2,000-message send load (DESIGN.md §5).
+"""SIGKILL the web server in the middle of a 2,000-message send load (docs/PROTOCOL.md §5).
 
 Eight client threads (one sender agent each) send 2,000 unique messages to four recipients
 through a real server process on the test database. The server's whole process group is

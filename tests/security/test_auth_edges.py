@@ -1,4 +1,4 @@
-"""Authentication edge cases on every agent surface (DESIGN.md §2).
+"""Authentication edge cases on every agent surface (docs/PROTOCOL.md §2).
 
 Each surface is one callable that performs a harmless request as "the agent" with the given
 headers; each case builds headers from a small world and says whether they must work. Every

@@ -1,4 +1,4 @@
-"""The cross-tenant matrix (DESIGN.md §1, §5 "Isolation"): another tenant's ids behave exactly
+"""The cross-tenant matrix (docs/PROTOCOL.md §1, §5 "Isolation"): another tenant's ids behave exactly
 like ids that do not exist.
 
 Every route of the URLconf and every JSON-RPC method is classified below. Each one that takes

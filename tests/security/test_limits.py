@@ -1,4 +1,4 @@
-"""Size and rate limits (DESIGN.md §4.6), hit and answered correctly on every surface.
+"""Size and rate limits (docs/PROTOCOL.md §4.6), hit and answered correctly on every surface.
 
 Bodies over 1 MiB → 413 `PAYLOAD_TOO_LARGE` (REST and JSON-RPC, with and without
 Content-Length); message limits → JSON-RPC -32602 naming the field, registry limits → 400
