@@ -50,6 +50,8 @@ cluster-stop:
 cluster-status:
 	@$(BIN)/python scripts/cluster.py status
 
+# Hikyaku (0.3 and 1.0 paths), the old broker it replaces and the embedded default, side by
+# side in alternating rounds (bench/run.py). Writes bench/results/latest.json and history.jsonl.
 bench: $(STAMP)
 	@$(BIN)/python -m bench.run $(BENCH_ARGS)
 

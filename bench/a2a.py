@@ -1,8 +1,10 @@
-"""The A2A 1.0 JSON-RPC bodies the benchmark sends, and reading what comes back.
+"""The A2A JSON-RPC bodies the benchmark sends, in both dialects, and reading what comes back.
 
 Hand-written on purpose: the benchmark is a client and must cost as little CPU as possible,
-and it checks the wire format the broker promises (docs/PROTOCOL.md §4) rather than an SDK's
-view of it.
+and it checks the wire format the broker promises (docs/PROTOCOL.md §4, docs/COMPAT.md) rather
+than an SDK's view of it. `V1` is A2A 1.0 at `/a2a/` with agent tokens; `V03` is the 0.3
+dialect at `POST /` with the tenant's API key and `X-Agent-Id`, which is all the broker Hikyaku
+replaces speaks: the same bodies go to both brokers on that path.
 """
 
 from __future__ import annotations
@@ -22,6 +24,54 @@ FILLER = (
 
 def headers(token: str) -> dict[str, str]:
     return {"A2A-Version": "1.0", "Authorization": f"Bearer {token}"}
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """One wire dialect: where requests go, how an agent authenticates, what the bodies and
+    task states look like. `credentials(agent)` gets any object with `id`, `token`, `api_key`."""
+
+    name: str
+    path: str
+    input_required: str
+    completed: str
+
+    def credentials(self, agent: Any) -> dict[str, str]:
+        if self.name == "0.3":
+            return {"Authorization": f"Bearer {agent.api_key}", "X-Agent-Id": agent.id}
+        return headers(agent.token)
+
+    def send_message(self, *, message_id: str, destination: str, text: str) -> dict[str, Any]:
+        if self.name == "0.3":
+            return _rpc("SendMessage", {"message": _message_03(message_id, text, destination)})
+        return send_message(message_id=message_id, destination=destination, text=text)
+
+    def ack(self, *, message_id: str, task_id: str) -> dict[str, Any]:
+        if self.name == "0.3":
+            message = {**_message_03(message_id, "ack", None), "taskId": task_id}
+            return _rpc("SendMessage", {"message": message})
+        return ack(message_id=message_id, task_id=task_id)
+
+    def list_inbox(self, *, agent_id: str, page_size: int = 100) -> dict[str, Any]:
+        if self.name == "0.3":  # the old broker ignores pageSize and answers every task at once
+            params = {"contextId": agent_id, "status": self.input_required, "pageSize": page_size}
+            return _rpc("ListTasks", params)
+        return list_inbox(agent_id=agent_id, page_size=page_size)
+
+
+def _rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+def _message_03(message_id: str, text: str, destination: str | None) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "messageId": message_id,
+        "role": "user",
+        "parts": [{"kind": "text", "text": text}],
+    }
+    if destination is not None:
+        message["metadata"] = {"destination": destination}
+    return message
 
 
 def compact(payload: Any) -> str:
@@ -84,6 +134,10 @@ def list_inbox(*, agent_id: str, page_size: int = 100, rpc_id: int | str = 1) ->
     }
 
 
+V1 = Dialect("1.0", A2A_PATH, INPUT_REQUIRED, COMPLETED)
+V03 = Dialect("0.3", "/", "input-required", "completed")
+
+
 class RpcError(Exception):
     pass
 
@@ -110,7 +164,7 @@ def delivery(task: dict[str, Any]) -> Delivery:
     metadata = task.get("metadata") or {}
     message_id = ""
     for message in task.get("history") or []:
-        if message.get("role") == "ROLE_USER" and message.get("messageId"):
+        if message.get("role") in ("ROLE_USER", "user") and message.get("messageId"):
             message_id = message["messageId"]
             break
     if not message_id:  # fall back to the compat artifact, whose text names the message

@@ -136,13 +136,23 @@ class CpuMeter:
     """Snapshots the CPU of the benchmark's server components.
 
     `roots` maps a component name (e.g. "web", "streams") to the pid of a process tree we
-    started. Postgres and Redis processes are found by their command names.
+    started. Postgres and Redis processes are found by their command names; `redis_pids`
+    narrows Redis to the given servers (a design's own redis-server, when several run), and a
+    meter with `database=None` counts no Postgres at all (a design that does not use it).
     """
 
-    def __init__(self, *, roots: dict[str, int], database: str, count_reaped_postgres: bool):
+    def __init__(
+        self,
+        *,
+        roots: dict[str, int],
+        database: str | None,
+        count_reaped_postgres: bool,
+        redis_pids: set[int] | None = None,
+    ):
         self.roots = dict(roots)
         self.database = database
         self.count_reaped_postgres = count_reaped_postgres
+        self.redis_pids = redis_pids
 
     def snapshot(self) -> Snapshot:
         samples = {pid: s for pid in list_pids() if (s := read_proc(pid)) is not None}
@@ -155,11 +165,11 @@ class CpuMeter:
         for name in ("postgres_backends", "postgres_shared", "postgres_foreign", "redis"):
             components[name] = {}
         postgres_pids = {pid for pid, s in samples.items() if s.comm == "postgres"}
-        for pid in postgres_pids:
+        for pid in postgres_pids if self.database is not None else ():
             kind = classify_postgres(_cmdline(pid), self.database)
             components[kind][pid] = samples[pid]
         for pid, s in samples.items():
-            if s.comm == "redis-server":
+            if s.comm == "redis-server" and (self.redis_pids is None or pid in self.redis_pids):
                 components["redis"][pid] = s
         busy, total = _machine_ns()
         return Snapshot(

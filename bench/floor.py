@@ -1,10 +1,11 @@
 """The floor: the cheapest durable write a Django view can do under our server.
 
 `POST /bench/floor` parses the JSON body and INSERTs it as one row (autocommit, so the commit
-is durable exactly like a send's). It runs through the same middleware stack, the same WSGI
-server and the same database as the broker, so "our cost / floor cost" says how much the
-messaging layer adds on top of "Django + one durable INSERT". Mounted only when
-HIKYAKU_BENCH_FLOOR=1 (see hikyaku/urls.py); never in production.
+is durable exactly like a send's). It runs through the same middleware chain as agents'
+JSON-RPC calls, the same WSGI server and the same database as the broker, so "our cost / floor
+cost" says how much the messaging layer adds on top of "Django + one durable INSERT". The
+benchmark mounts it itself (bench/settings.py, bench/urls.py, bench/wsgi.py): the product's
+URLs and WSGI application do not know it.
 """
 
 from __future__ import annotations
@@ -47,4 +48,5 @@ def floor_insert(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"id": row_id})
 
 
-urlpatterns = [path("bench/floor", floor_insert, name="bench-floor")]
+FLOOR_PATH = "/bench/floor"
+urlpatterns = [path(FLOOR_PATH.lstrip("/"), floor_insert, name="bench-floor")]

@@ -31,12 +31,19 @@ WRK_MISSING = (
 )
 
 
+HEADER_SEPARATOR = "\x1f"  # between "Name: value" pairs in a plan line (never in a header)
+
+
 @dataclass
 class PlanRow:
     id: str
     path: str
-    authorization: str  # the whole header value, or "" for none
+    headers: dict[str, str]  # besides Content-Type, e.g. Authorization, A2A-Version, X-Agent-Id
     body: str  # compact JSON: no tabs or newlines
+
+    def plan_line(self) -> str:
+        headers = HEADER_SEPARATOR.join(f"{name}: {value}" for name, value in self.headers.items())
+        return f"{self.id}\t{self.path}\t{headers}\t{self.body}\n"
 
 
 @dataclass
@@ -115,7 +122,7 @@ def run_wrk_many(
             for tid, share in enumerate(shares):
                 with open(workdir / f"plan-{tid}.txt", "w") as fh:
                     for row in share:
-                        fh.write(f"{row.id}\t{row.path}\t{row.authorization}\t{row.body}\n")
+                        fh.write(row.plan_line())
             threads = len(shares)
             env = {**os.environ, "BENCH_PLAN_DIR": str(workdir), "BENCH_EXPECT": expect}
             cmd = [
@@ -265,9 +272,7 @@ async def _python_connections(base_url: str, shares: list[list[PlanRow]], expect
     async def one_connection(share: list[PlanRow]) -> None:
         conn = Connection(parts.hostname or "127.0.0.1", parts.port or 80)
         for row in share:
-            headers = {"Content-Type": "application/json", "A2A-Version": "1.0"}
-            if row.authorization:
-                headers["Authorization"] = row.authorization
+            headers = {"Content-Type": "application/json", **row.headers}
             t0 = time.monotonic()
             resp = await conn.request("POST", row.path, headers=headers, body=row.body.encode())
             out["latencies"].append((time.monotonic() - t0) * 1000)

@@ -28,8 +28,9 @@ from .load import LoadResult, PlanRow, percentiles, run_plan
 @dataclass
 class Agent:
     id: str
-    token: str
+    token: str  # "" where the broker issues none (the old broker)
     name: str
+    api_key: str  # the tenant key it was registered with (the 0.3 dialect's credential)
 
 
 @dataclass
@@ -128,6 +129,7 @@ class Bench:
     concurrency: int
     generator: str
     payload_bytes: int
+    dialect: a2a.Dialect = a2a.V1
     run_id: str = field(default_factory=lambda: secrets.token_hex(3))
     agents: list[Agent] = field(default_factory=list)
     ledger: Ledger = field(default_factory=Ledger)
@@ -187,7 +189,8 @@ def register_agents(bench: Bench, count: int) -> PhaseResult:
             if resp.status != 201:
                 raise SystemExit(f"Registering {name} failed: {resp.status} {resp.body[:300]!r}")
             body = resp.json()
-            agents.append(Agent(id=body["agent_id"], token=body["agent_token"], name=name))
+            agent = Agent(body["agent_id"], body.get("agent_token", ""), name, bench.api_key)
+            agents.append(agent)
         await conn.close()
         return agents
 
@@ -204,7 +207,7 @@ def floor_rows(bench: Bench, count: int, tag: str) -> list[PlanRow]:
     for i in range(count):
         row_id = f"{tag}-{bench.run_id}-{i}"
         body = {"id": row_id, "text": a2a.message_text(row_id, "floor", bench.payload_bytes)}
-        rows.append(PlanRow(row_id, "/bench/floor", "", a2a.compact(body)))
+        rows.append(PlanRow(row_id, "/bench/floor", {}, a2a.compact(body)))
     return rows
 
 
@@ -238,8 +241,11 @@ def send_rows(bench: Bench, count: int, tag: str) -> list[PlanRow]:
         sender, recipient = bench.rng.choice(bench.agents), bench.rng.choice(bench.agents)
         message_id = f"{tag}-{bench.run_id}-{i}"
         text = a2a.message_text(message_id, recipient.id, bench.payload_bytes)
-        body = a2a.send_message(message_id=message_id, destination=recipient.id, text=text)
-        rows.append(PlanRow(message_id, a2a.A2A_PATH, f"Bearer {sender.token}", a2a.compact(body)))
+        body = bench.dialect.send_message(
+            message_id=message_id, destination=recipient.id, text=text
+        )
+        headers = bench.dialect.credentials(sender)
+        rows.append(PlanRow(message_id, bench.dialect.path, headers, a2a.compact(body)))
         bench.ledger.expected[(message_id, recipient.id)] = sender.id
     return rows
 
@@ -262,15 +268,16 @@ async def _drain_agent(
     bench: Bench, agent: Agent, gate: asyncio.Semaphore, stats: Counter, ack_ms: list[float]
 ) -> None:
     conn = bench.connection()
-    hdrs = {"Content-Type": "application/json", **a2a.headers(agent.token)}
+    dialect = bench.dialect
+    hdrs = {"Content-Type": "application/json", **dialect.credentials(agent)}
     seen: set[str] = set()
     async with gate:
         for _ in range(10_000):
             resp = await conn.request(
                 "POST",
-                a2a.A2A_PATH,
+                dialect.path,
                 headers=hdrs,
-                body=a2a.compact(a2a.list_inbox(agent_id=agent.id)).encode(),
+                body=a2a.compact(dialect.list_inbox(agent_id=agent.id)).encode(),
             )
             stats["lists"] += 1
             try:
@@ -289,11 +296,9 @@ async def _drain_agent(
                 bench.ledger.deliveries.append((agent.id, a2a.delivery(task)))
                 ack_id = f"ack-{task['id']}"
                 t0 = time.monotonic()
+                body = dialect.ack(message_id=ack_id, task_id=task["id"])
                 resp = await conn.request(
-                    "POST",
-                    a2a.A2A_PATH,
-                    headers=hdrs,
-                    body=a2a.compact(a2a.ack(message_id=ack_id, task_id=task["id"])).encode(),
+                    "POST", dialect.path, headers=hdrs, body=a2a.compact(body).encode()
                 )
                 ack_ms.append((time.monotonic() - t0) * 1000)
                 stats["acks"] += 1
@@ -302,7 +307,7 @@ async def _drain_agent(
                 except (ValueError, KeyError, a2a.RpcError) as exc:
                     bench.ledger.failed_acks.append((task["id"], str(exc)[:300]))
                     continue
-                if state != a2a.COMPLETED:
+                if state != dialect.completed:
                     bench.ledger.failed_acks.append((task["id"], f"state {state}"))
                     continue
                 bench.ledger.acked_task_ids[task["id"]] += 1
@@ -344,13 +349,14 @@ def broadcast(bench: Bench, count: int) -> PhaseResult:
     async def one(i: int, conn: Connection) -> None:
         sender = bench.agents[i % len(bench.agents)]
         message_id = f"bcast-{bench.run_id}-{i}"
-        body = a2a.send_message(
+        body = bench.dialect.send_message(
             message_id=message_id,
             destination="*",
             text=a2a.message_text(message_id, "*", bench.payload_bytes),
         )
         t0 = time.monotonic()
-        resp = await conn.post_json(a2a.A2A_PATH, body, headers=a2a.headers(sender.token))
+        hdrs = bench.dialect.credentials(sender)
+        resp = await conn.post_json(bench.dialect.path, body, headers=hdrs)
         latencies.append((time.monotonic() - t0) * 1000)
         try:
             task = a2a.result(resp.json())["task"]

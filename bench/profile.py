@@ -30,17 +30,22 @@ def py_spy() -> str:
 
 
 class Profiler:
-    def __init__(self, root_pid: int, out_dir: Path, rate: int = 250):
+    def __init__(self, root_pid: int, out_dir: Path, rate: int = 250, clock: bool = False):
         self.root_pid, self.out_dir, self.rate = root_pid, out_dir, rate
+        # CPU (--gil: threads holding the interpreter lock) or the clock (--idle: every
+        # thread, waiting included), which shows what a request waits for.
+        self.mode = "--idle" if clock else "--gil"
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen | None = None
         self.files: dict[str, Path] = {}
 
     def start(self, label: str) -> None:
-        name = label.replace(" ", "_").replace("+", "_")
+        name = label.replace(" ", "_").replace("+", "_") + (
+            "_clock" if self.mode == "--idle" else ""
+        )
         out = self.out_dir / f"{name}.txt"
         self.files[name] = out
-        cmd = [py_spy(), "record", "--pid", str(self.root_pid), "--subprocesses", "--gil"]
+        cmd = [py_spy(), "record", "--pid", str(self.root_pid), "--subprocesses", self.mode]
         cmd += ["--nolineno"]
         cmd += ["--rate", str(self.rate), "--format", "raw", "--output", str(out)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -1,33 +1,32 @@
-"""`make bench`: start the broker as in production, load it, and report CPU per operation.
+"""`make bench`: Hikyaku and the broker it replaces, side by side, in the same run.
 
-    python -m bench.run [--sends 2000] [--concurrency 16] [--workers 2] [--threads 4] ...
+    python -m bench.run [--rounds 3] [--sends 2000] [--concurrency 16] [--no-old-broker] ...
 
-Phases (bench/phases.py): register agents, warm up, idle baseline, the floor (Django + one
-durable INSERT), unicast sends (wrk), poll+ack drain, broadcasts, and the drain of the
-broadcasts; then the checks (nothing lost, duplicated or cross-delivered). Writes
-bench/results/latest.json (or --output) and prints a table. See README, Benchmark.
+Three designs (bench/designs.py), all up for the whole run: Hikyaku as production runs it
+(granian WSGI, Postgres, Redis), measured on the 0.3 path (API key + X-Agent-Id, what the old
+broker speaks) and on the 1.0 path (agent tokens); the old broker (built from its archive at
+run time); and `make run`'s embedded default (uvicorn, SQLite). Rounds alternate — in each,
+Hikyaku's floor and both paths, then the old broker, then the embedded default — so that all
+see the same background load. Per design and path (bench/phases.py): register agents, warm
+up, unicast sends (wrk + bench/lua/plan.lua, concurrency 16), poll+ack, broadcasts and their
+drain; then the checks (nothing lost, duplicated or cross-delivered). Writes
+bench/results/latest.json (or --output), appends a line to history.jsonl beside it, and
+prints the side-by-side table. See README, Benchmark.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
-from . import load, phases, report
-from .cpu import CpuMeter
-from .server import (
-    ROOT,
-    ServerConfig,
-    environment,
-    prepare_database,
-    server_env,
-    web_server,
-)
+from . import a2a, load, phases, report
+from .designs import Embedded, OldBroker, Production, find_old_broker, free_port
+from .server import ROOT, ServerConfig, environment
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -35,10 +34,10 @@ RESULTS = Path(__file__).with_name("results")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
     p.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/hikyaku_bench")
-    p.add_argument("--redis-url", default="redis://127.0.0.1:6379/4")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8401, help="web (WSGI) server port")
-    p.add_argument("--stream-port", type=int, default=8402, help="stream (ASGI) server port")
+    p.add_argument("--port", type=int, default=8401, help="Hikyaku's web (WSGI) server port")
+    p.add_argument("--old-port", type=int, default=8403, help="the old broker's port")
+    p.add_argument("--embedded-port", type=int, default=8404, help="the embedded default's port")
     p.add_argument("--workers", type=int, default=2, help="granian worker processes")
     p.add_argument(
         "--threads",
@@ -52,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=600,
         help="DATABASE_CONN_MAX_AGE of the web server (0: one connection per request)",
     )
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds of every design")
     p.add_argument("--agents", type=int, default=20)
     p.add_argument("--sends", type=int, default=2000)
     p.add_argument("--broadcasts", type=int, default=20)
@@ -67,6 +67,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="load generator for the floor and send phases (auto: wrk if installed)",
     )
     p.add_argument(
+        "--no-old-broker",
+        dest="old_broker",
+        action="store_false",
+        help="measure Hikyaku alone (also what happens when the old broker's archive is absent)",
+    )
+    p.add_argument(
+        "--no-embedded",
+        dest="embedded",
+        action="store_false",
+        help="skip `make run`'s embedded default (uvicorn, SQLite)",
+    )
+    p.add_argument(
         "--no-queries",
         dest="queries",
         action="store_false",
@@ -74,130 +86,223 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--output", type=Path, default=RESULTS / "latest.json")
     p.add_argument(
+        "--profile-clock",
+        action="store_true",
+        help="with --profile: sample every thread on the clock (py-spy --idle), waits included, "
+        "instead of CPU only; the summary goes to bench/results/profile-clock.json",
+    )
+    p.add_argument(
         "--profile",
         action="store_true",
-        help="sample the web workers with py-spy during send and poll+ack (inflates the CPU "
-        "figures: results go to bench/results/profile/, not latest.json)",
+        help="one round, without the old broker: sample Hikyaku's servers with py-spy during "
+        "send and poll+ack (inflates the CPU figures: the summary goes to "
+        "bench/results/profile.json, the stacks to bench/results/profile/, not latest.json)",
     )
     return p.parse_args(argv)
 
 
-def messaging_available(base_url: str) -> bool:
-    """True once POST /a2a/ exists (the messaging issue); until then only the floor runs."""
-    req = urllib.request.Request(base_url + "/a2a/", data=b"{}", method="POST")
-    try:
-        urllib.request.urlopen(req, timeout=5)
-    except urllib.error.HTTPError as exc:
-        return exc.code != 404
-    except OSError:
-        return False
-    return True
+class Runner:
+    """Runs phases on one design and path, printing progress and noting the machine's load."""
+
+    def __init__(self, args: argparse.Namespace, profilers: dict[str, object]):
+        self.args, self.profilers = args, profilers
+
+    def step(self, bench: phases.Bench, label: str, fn, *fn_args, profile: str = ""):
+        print(f"    {label} ...", end="", flush=True)
+        profiler = self.profilers.get(profile) if profile else None
+        if profiler:
+            profiler.start(f"{profile} {label}")
+        loadavg = [round(v, 2) for v in os.getloadavg()]
+        result = fn(bench, *fn_args)
+        if profiler:
+            profiler.stop()
+        if result is not None:
+            result.extra["loadavg_at_start"] = loadavg
+        if result is not None and result.ops:
+            print(
+                f" {result.ops} ops in {result.seconds:.2f} s, "
+                f"{result.per_op['total']:.3f} ms server CPU/op",
+                flush=True,
+            )
+        else:
+            print(" done", flush=True)
+        return result
+
+    def bench(self, design, dialect: a2a.Dialect, api_key: str = "") -> phases.Bench:
+        return phases.Bench(
+            base_url=design.base_url,
+            api_key=api_key,
+            meter=design.meter(),
+            concurrency=self.args.concurrency,
+            generator=self.args.generator,
+            payload_bytes=self.args.payload_bytes,
+            dialect=dialect,
+        )
+
+    def messaging(self, design, dialect: a2a.Dialect, *, broadcasts: bool = True) -> dict:
+        """One design on one path: fresh tenant and agents, warm-up, then the measured phases."""
+        args = self.args
+        bench = self.bench(design, dialect, design.new_key())
+        profile = f"{design.name}-{dialect.name}" if self.profilers else ""
+        out: dict = {"loadavg_at_start": [round(v, 2) for v in os.getloadavg()]}
+        results = {
+            "register": self.step(bench, "register agents", phases.register_agents, args.agents)
+        }
+        self.step(bench, "warm-up sends", phases.send_unicasts, args.warmup, "warmup")
+        self.step(bench, "warm-up drain", phases.drain, "warmup_drain")
+        results["send"] = self.step(
+            bench, "unicast sends", phases.send_unicasts, args.sends, profile=profile
+        )
+        results["poll_ack"] = self.step(
+            bench, "poll+ack drain", phases.drain, "poll_ack", profile=profile
+        )
+        if broadcasts:
+            results["broadcast"] = self.step(bench, "broadcasts", phases.broadcast, args.broadcasts)
+            results["broadcast_poll_ack"] = self.step(
+                bench, "drain broadcasts", phases.drain, "broadcast_poll_ack"
+            )
+        out["phases"] = results
+        out["checks"] = bench.ledger.check()
+        return out
+
+    def floor(self, design: Production, first_round: bool) -> dict:
+        bench = self.bench(design, a2a.V1)
+        if first_round:
+            self.step(bench, "warm-up floor", phases.warm_floor, self.args.warmup)
+        results = {"idle": self.step(bench, "idle baseline", phases.idle, self.args.idle_seconds)}
+        if self.args.floor:
+            results["floor"] = self.step(bench, "floor", phases.floor, self.args.floor)
+        return {"phases": results}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.profile:
+        args.rounds, args.old_broker = 1, False
     if args.generator != "python" and not load.wrk_path():
         if args.generator == "wrk":
             print("wrk is not installed: sudo apt-get install wrk", file=sys.stderr)
             return 2
         print(load.WRK_MISSING, file=sys.stderr)
+    log_dir = RESULTS / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
     cfg = ServerConfig(
         database_url=args.database_url,
-        redis_url=args.redis_url,
+        redis_url="",  # the bench's own redis-server (bench/designs.py)
         host=args.host,
         port=args.port,
-        stream_port=args.stream_port,
+        stream_port=args.port + 1,
         workers=args.workers,
         threads=args.threads,
         conn_max_age=args.conn_max_age,
-        log_dir=RESULTS / "logs",
+        log_dir=log_dir,
     )
-    env = server_env(cfg)
-    print(f"Preparing database {cfg.database_name} and Redis {cfg.redis_url} ...", flush=True)
-    api_key = prepare_database(cfg, env)
-    web = web_server(cfg, env)
-    print(f"Starting {' '.join(web.cmd[:1] + web.cmd[1:-1])} ...", flush=True)
-    web.start()
-    profiler = None
+    production = Production(cfg, free_port(args.host, 16500, 16525))
+    designs: list = [production]
+    notes: list[str] = []
+    old = None
+    if args.old_broker:
+        script = find_old_broker()
+        if script is None:
+            notes.append(
+                "The old broker's archive (shared/tools/old-broker/ beside the checkout, or "
+                "$OLD_BROKER_DIR) is not here: Hikyaku is measured alone, with no side-by-side "
+                "ratios."
+            )
+        else:
+            old_redis = free_port(args.host, 16525, 16550)
+            old = OldBroker(script, args.host, args.old_port, old_redis, log_dir)
+            designs.append(old)
+    embedded = Embedded(args.host, args.embedded_port, log_dir) if args.embedded else None
+    if embedded:
+        designs.append(embedded)
+    for note in notes:
+        print(note, flush=True)
+
+    profilers: dict[str, object] = {}
+    rounds: list[dict] = []
+    started: list = []
+    queries: dict | None = None
     try:
-        meter = CpuMeter(
-            roots={"web": web.pid},
-            database=cfg.database_name,
-            count_reaped_postgres=cfg.conn_max_age == 0,
-        )
-        bench = phases.Bench(
-            base_url=cfg.base_url,
-            api_key=api_key,
-            meter=meter,
-            concurrency=args.concurrency,
-            generator=args.generator,
-            payload_bytes=args.payload_bytes,
-        )
+        for design in designs:
+            print(f"Starting {design.label} ...", flush=True)
+            try:
+                design.start()
+            except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
+                if design is not old:
+                    raise
+                notes.append(f"The old broker could not be built or started: {exc}")
+                print(notes[-1], flush=True)
+                old.stop()
+                designs.remove(old)
+                old = None
+                continue
+            started.append(design)
         if args.profile:
             from .profile import Profiler
 
-            profiler = Profiler(web.pid, RESULTS / "profile")
-        results: dict[str, phases.PhaseResult] = {}
-        with_messaging = messaging_available(cfg.base_url)
-
-        def step(label: str, fn, *fn_args, profile: bool = False, **fn_kwargs):
-            print(f"  {label} ...", end="", flush=True)
-            if profile and profiler:
-                profiler.start(label)
-            result = fn(bench, *fn_args, **fn_kwargs)
-            if profile and profiler:
-                profiler.stop()
-            if result is not None and result.ops:
-                print(
-                    f" {result.ops} ops in {result.seconds:.2f} s, "
-                    f"{result.per_op['total']:.3f} ms server CPU/op",
-                    flush=True,
-                )
-            else:
-                print(" done", flush=True)
-            return result
-
-        # Warm-up: first requests import modules and open connections in every worker.
-        if args.floor:
-            step("warm-up floor", phases.warm_floor, args.warmup)
-        if with_messaging:
-            results["register"] = step("register agents", phases.register_agents, args.agents)
-            step("warm-up sends", phases.send_unicasts, args.warmup, "warmup")
-            step("warm-up drain", phases.drain, "warmup_drain")
-        else:
-            print("  POST /a2a/ is not there yet (messaging issue): measuring the floor only.")
-        results["idle"] = step("idle baseline", phases.idle, args.idle_seconds)
-        if args.floor:
-            results["floor"] = step("floor", phases.floor, args.floor)
-        if with_messaging:
-            results["send"] = step("unicast sends", phases.send_unicasts, args.sends, profile=True)
-            results["poll_ack"] = step("poll+ack drain", phases.drain, "poll_ack", profile=True)
-            results["broadcast"] = step("broadcasts", phases.broadcast, args.broadcasts)
-            results["broadcast_poll_ack"] = step(
-                "drain broadcasts", phases.drain, "broadcast_poll_ack"
-            )
-        checks = bench.ledger.check() if with_messaging else None
-        summary = report.summarize(results, checks, environment(cfg), vars_for_json(args))
-        if with_messaging and args.queries:
+            out_dir = RESULTS / "profile"
+            clock = args.profile_clock
+            profilers = {
+                f"hikyaku-{d.name}": Profiler(production.web.pid, out_dir, clock=clock)
+                for d in production.dialects
+            }
+            if embedded:
+                profilers["embedded-1.0"] = Profiler(embedded.web.pid, out_dir, clock=clock)
+        runner = Runner(args, profilers)
+        for number in range(1, args.rounds + 1):
+            print(f"Round {number} of {args.rounds}", flush=True)
+            current: dict = {"round": number}
+            print(f"  {production.label}: floor", flush=True)
+            current["floor"] = runner.floor(production, number == 1)
+            for dialect in production.dialects:
+                print(f"  {production.label}, {dialect.name} path", flush=True)
+                current[f"hikyaku-{dialect.name}"] = runner.messaging(production, dialect)
+            if old:
+                print(f"  {old.label}, 0.3", flush=True)
+                current["old-0.3"] = runner.messaging(old, a2a.V03)
+            if embedded:
+                print(f"  {embedded.label}, 1.0 path", flush=True)
+                current["embedded-1.0"] = runner.messaging(embedded, a2a.V1, broadcasts=False)
+            rounds.append(current)
+        if args.queries:
             print("  SQL queries per operation (in-process, bench/queries.py) ...", flush=True)
-            summary["queries_per_op"] = count_queries(env)
+            queries = count_queries(production.env)
+        env_info = environment(cfg)
     finally:
-        web.stop()
+        for design in reversed(started):
+            design.stop()
+    summary = report.summarize(
+        rounds,
+        environment=env_info,
+        config=vars_for_json(args),
+        designs={d.name: {"label": d.label, **d.describe()} for d in designs},
+        notes=notes,
+    )
+    summary["queries_per_op"] = queries
+    summary["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    summary["loadavg_at_end"] = [round(v, 2) for v in os.getloadavg()]
     output = args.output
     if args.profile:
-        output = RESULTS / "profile" / "profile.json"
-        summary["profile"] = profiler.summary() if profiler else None
+        output = RESULTS / ("profile-clock.json" if args.profile_clock else "profile.json")
+        summary = {
+            "profile": {name: p.summary() for name, p in profilers.items()},
+            "note": "py-spy samples of the web processes during send and poll+ack; the CPU "
+            "figures of a profiled run are inflated",
+            **summary,
+        }
     output.parent.mkdir(parents=True, exist_ok=True)
-    summary["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     output.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    if not args.profile:
+        with open(output.parent / "history.jsonl", "a") as history:
+            history.write(json.dumps(report.history_line(summary)) + "\n")
     print()
-    print(report.table(results, summary))
-    if args.profile and profiler:
+    print(report.table(summary))
+    for profiler in profilers.values():
         print()
-        print(profiler.report())
+        print(profiler.report(top=15))
     print(f"\nWrote {output}")
-    failed_checks = checks and (checks["lost"] or checks["duplicated"] or checks["cross_delivered"])
-    return 1 if failed_checks else 0
+    return 1 if report.checks_failed(summary) else 0
 
 
 def count_queries(env: dict[str, str]) -> dict:

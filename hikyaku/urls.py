@@ -1,5 +1,3 @@
-import os
-
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -57,10 +55,6 @@ urlpatterns = [
     path("ui/", include("webui.urls")),
     path("favicon.ico", RedirectView.as_view(url="/static/img/favicon.svg", permanent=True)),
 ]
-
-# The benchmark's floor view (bench/floor.py), mounted only for `make bench`.
-if os.environ.get("HIKYAKU_BENCH_FLOOR") == "1":
-    urlpatterns.append(path("", include("bench.floor")))
 
 
 # Pages for people answer 404 with a page; every other surface with the JSON error envelope.

@@ -28,12 +28,12 @@ API_MIDDLEWARE = (
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 )
 JSONRPC_PATH = re.compile(r"^/(?:a2a/(?:agents/[^/]+/?)?)?$")
-FLOOR_PATH = "/bench/floor"  # the benchmark's floor runs where our own calls run
 
 
-def _api_handler() -> WSGIHandler:
+def api_handler() -> WSGIHandler:
     """A WSGIHandler whose middleware chain is API_MIDDLEWARE (Django builds the chain from
-    settings.MIDDLEWARE when a handler is created)."""
+    settings.MIDDLEWARE when a handler is created). The benchmark runs its floor view on one
+    too (bench/wsgi.py), so that the floor pays what an agent's call pays."""
     full = list(settings.MIDDLEWARE)
     missing = [m for m in API_MIDDLEWARE if m not in full]
     if missing:
@@ -47,13 +47,11 @@ def _api_handler() -> WSGIHandler:
 
 def _application():
     site = get_wsgi_application()
-    api = _api_handler()
+    api = api_handler()
 
     def application(environ, start_response):
         path = environ.get("PATH_INFO", "")
-        if environ.get("REQUEST_METHOD") == "POST" and (
-            JSONRPC_PATH.match(path) or path == FLOOR_PATH
-        ):
+        if environ.get("REQUEST_METHOD") == "POST" and JSONRPC_PATH.match(path):
             return api(environ, start_response)
         return site(environ, start_response)
 

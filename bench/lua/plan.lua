@@ -7,7 +7,8 @@
 -- report, and takes throughput from the threads' own monotonic timestamps.
 --
 -- Environment: BENCH_PLAN_DIR holds plan-<thread>.txt with one request per line,
--- "<id>\t<path>\t<authorization>\t<json body>"; reports are written next to them.
+-- "<id>\t<path>\t<headers>\t<json body>", headers being "Name: value" pairs separated by
+-- \x1f (e.g. Authorization, A2A-Version, X-Agent-Id); reports are written next to them.
 -- BENCH_EXPECT is a substring every successful response body contains.
 
 local ffi = require("ffi")
@@ -37,10 +38,10 @@ local started, finished
 
 function init(args)
   for line in io.lines(plan_dir .. "/plan-" .. tid .. ".txt") do
-    local id, path, auth, body = line:match("^([^\t]*)\t([^\t]*)\t([^\t]*)\t(.*)$")
-    local headers = { ["Content-Type"] = "application/json", ["A2A-Version"] = "1.0" }
-    if auth ~= "" then
-      headers["Authorization"] = auth
+    local id, path, extra, body = line:match("^([^\t]*)\t([^\t]*)\t([^\t]*)\t(.*)$")
+    local headers = { ["Content-Type"] = "application/json" }
+    for name, value in extra:gmatch("([^\31:]+): ([^\31]*)") do
+      headers[name] = value
     end
     requests[#requests + 1] = wrk.format("POST", path, headers, body)
     ids[#ids + 1] = id
