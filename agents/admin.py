@@ -85,6 +85,7 @@ class AgentAdmin(admin.ModelAdmin):
         "tenant",
         "status",
         "token",
+        "token_expires_at",
         "webhook_secret_hint",
         "registered_with",
         "registered_at",
@@ -103,6 +104,7 @@ class AgentAdmin(admin.ModelAdmin):
             {
                 "fields": (
                     "token",
+                    "token_expires_at",
                     "registered_with",
                     "registered_at",
                     "last_seen_at",
@@ -158,8 +160,12 @@ class AgentAdmin(admin.ModelAdmin):
         return bool(obj.webhook_url)
 
     def save_model(self, request, obj, form, change):
-        super().save_model(request, obj, form, change)
         policy = {f: form.cleaned_data[f] for f in POLICY_FIELDS if f in form.changed_data}
+        # The service makes the policy change (its event and the tenant's policy revision), so
+        # the model save keeps the stored values.
+        for field in policy:
+            setattr(obj, field, form.initial.get(field))
+        super().save_model(request, obj, form, change)
         if policy:
             services.set_agent_policy(agent=obj, **policy)
 

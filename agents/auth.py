@@ -111,7 +111,12 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
             " ON t.id = agents_agent.tenant_id WHERE agents_agent.token_hash = %s AND agents_agent.status = %s",
             [token_hash, Agent.Status.ACTIVE],
         )
-        if agent is None or not secrets_match(raw, agent.token_hash or ""):
+        if (
+            agent is None
+            or not secrets_match(raw, agent.token_hash or "")
+            or (agent.token_expires_at is not None and agent.token_expires_at <= timezone.now())
+        ):
+            # The same words for an expired token as for an unknown one: no oracle.
             raise Unauthenticated("Invalid agent token, or the agent is not active.")
         if claimed_id is not None and claimed_id != agent.id:
             raise Unauthenticated("X-Agent-Id does not match the agent token.")
@@ -167,8 +172,9 @@ def identity_current_sql(agent: str, credential_hash: str, *, via_token: bool) -
     if via_token:
         return (
             "EXISTS (SELECT 1 FROM agents_agent ca WHERE ca.status = %s"
+            " AND (ca.token_expires_at IS NULL OR ca.token_expires_at > %s)"
             f" AND ca.id = {agent} AND ca.token_hash = {credential_hash})",
-            [Agent.Status.ACTIVE],
+            [Agent.Status.ACTIVE, rows.prep(Agent, "token_expires_at", timezone.now())],
         )
     # Every condition applies to the same key row.
     return (

@@ -41,6 +41,8 @@ class Agent(models.Model):
     last_seen_at = models.DateTimeField(null=True, blank=True)
     token_hash = models.CharField(max_length=64, unique=True, null=True, blank=True, editable=False)
     token_prefix = models.CharField(max_length=8, blank=True, editable=False)
+    # Checked at authentication and by open streams, like an API key's expiry. Null: never.
+    token_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
     webhook_url = models.URLField(max_length=2000, blank=True)
     # Signs this agent's webhook deliveries (X-Hikyaku-Signature). Kept in clear because the
     # broker must compute the HMAC; shown to the agent itself and to the admin.
@@ -105,3 +107,46 @@ class Agent(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status == self.Status.ACTIVE
+
+
+class AgentEventKind(models.TextChoices):
+    REGISTERED = "registered", "Registered"
+    UPDATED = "updated", "Updated"
+    POLICY = "policy", "Policy changed"
+    PUBLISHED = "published", "Published"
+    UNPUBLISHED = "unpublished", "Unpublished"
+    DISABLED = "disabled", "Disabled"
+    ENABLED = "enabled", "Enabled"
+    DEREGISTERED = "deregistered", "Deregistered"
+    TOKEN_ISSUED = "token-issued", "Token issued"
+    TOKEN_ROTATED = "token-rotated", "Token rotated"
+    TOKEN_REVOKED = "token-revoked", "Token revoked"
+
+
+class AgentEvent(models.Model):
+    """Append-only: one row per change to an agent's existence, policy, status or token, in
+    the transaction of the change. Changes of the first three kinds bump the tenant's
+    `policy_revision`; `policy_revision` here is the tenant's revision after this change.
+    `changes` maps a field to `[old, new]` and never holds a secret."""
+
+    Kind = AgentEventKind
+
+    id = models.BigAutoField(primary_key=True)
+    # The (tenant, id) index serves the tenant's lookups.
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    changes = models.JSONField(default=dict, blank=True)
+    policy_revision = models.PositiveBigIntegerField()
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=AgentEventKind.values), name="agentevent_kind_valid"
+            )
+        ]
+        indexes = [models.Index(fields=["tenant", "id"], name="agentevent_tenant_id")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.agent_id} (revision {self.policy_revision})"

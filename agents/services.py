@@ -14,8 +14,11 @@ from hikyaku.errors import HikyakuError, InvalidRequest
 from tenants.credentials import display_prefix, hash_secret, new_agent_token, new_webhook_secret
 from tenants.models import ApiKey, Tenant
 
+from . import history, tokens
 from .destinations import check_url
-from .models import SENSITIVITY_RANK, Agent
+from .models import SENSITIVITY_RANK, Agent, AgentEvent
+
+Kind = AgentEvent.Kind
 
 
 class AgentNameTaken(HikyakuError):
@@ -36,7 +39,7 @@ def _name_taken(name: str) -> AgentNameTaken:
 @dataclass(frozen=True)
 class RegisteredAgent:
     agent: Agent
-    raw_token: str  # returned to the caller once, never stored
+    raw_token: str  # returned to the caller once, never stored; "" when none was issued
 
 
 def register_agent(
@@ -47,8 +50,12 @@ def register_agent(
     skills: list[dict[str, Any]] | None = None,
     webhook_url: str = "",
     registered_with: ApiKey | None = None,
+    issue_token: bool = True,
 ) -> RegisteredAgent:
-    raw = new_agent_token()
+    """Create an agent. Without `issue_token` it has no token until an owner issues one
+    (agents.tokens.issue_agent_token): tenant files create agents that way, so applying
+    a file never prints a secret."""
+    raw = new_agent_token() if issue_token else ""
     if webhook_url:
         check_url(webhook_url, field="webhook_url")
     with transaction.atomic():
@@ -75,13 +82,16 @@ def register_agent(
                     webhook_url=webhook_url,
                     webhook_secret=new_webhook_secret(),
                     registered_with=registered_with,
-                    token_hash=hash_secret(raw),
-                    token_prefix=display_prefix(raw),
+                    token_hash=hash_secret(raw) if raw else None,
+                    token_prefix=display_prefix(raw) if raw else "",
                 )
         except IntegrityError:
             if live.filter(name=name).exists():
                 raise _name_taken(name) from None
             raise
+        history.record(
+            tenant_id=tenant.pk, agent_ids=[agent.pk], kind=Kind.REGISTERED, changes={"name": name}
+        )
     return RegisteredAgent(agent=agent, raw_token=raw)
 
 
@@ -102,7 +112,15 @@ def update_agent(
             check_url(webhook_url, field="webhook_url")
         changes["webhook_url"] = webhook_url
     if changes:
-        Agent.objects.filter(pk=agent.pk, tenant_id=agent.tenant_id).update(**changes)
+        with transaction.atomic():
+            Agent.objects.filter(pk=agent.pk, tenant_id=agent.tenant_id).update(**changes)
+            # Field names only: a webhook URL may carry a secret of its own.
+            history.record(
+                tenant_id=agent.tenant_id,
+                agent_ids=[agent.pk],
+                kind=Kind.UPDATED,
+                changes={"fields": sorted(changes)},
+            )
         for field, value in changes.items():
             setattr(agent, field, value)
     return agent
@@ -110,11 +128,14 @@ def update_agent(
 
 def deregister_agent(*, agent: Agent) -> bool:
     """Deregister an agent; True if this call changed it. Its history stays readable."""
-    changed = (
-        Agent.objects.filter(pk=agent.pk, tenant_id=agent.tenant_id)
-        .exclude(status=Agent.Status.DEREGISTERED)
-        .update(status=Agent.Status.DEREGISTERED, deregistered_at=timezone.now())
-    )
+    with transaction.atomic():
+        changed = (
+            Agent.objects.filter(pk=agent.pk, tenant_id=agent.tenant_id)
+            .exclude(status=Agent.Status.DEREGISTERED)
+            .update(status=Agent.Status.DEREGISTERED, deregistered_at=timezone.now())
+        )
+        if changed:
+            history.record(tenant_id=agent.tenant_id, agent_ids=[agent.pk], kind=Kind.DEREGISTERED)
     if changed:
         agent.status = Agent.Status.DEREGISTERED
     return bool(changed)
@@ -127,9 +148,16 @@ def set_agent_enabled(*, agent: Agent, enabled: bool) -> bool:
         if enabled
         else (Agent.Status.ACTIVE, Agent.Status.DISABLED)
     )
-    changed = Agent.objects.filter(pk=agent.pk, tenant_id=agent.tenant_id, status=source).update(
-        status=target
-    )
+    with transaction.atomic():
+        changed = Agent.objects.filter(
+            pk=agent.pk, tenant_id=agent.tenant_id, status=source
+        ).update(status=target)
+        if changed:
+            history.record(
+                tenant_id=agent.tenant_id,
+                agent_ids=[agent.pk],
+                kind=Kind.ENABLED if enabled else Kind.DISABLED,
+            )
     if changed:
         agent.status = target
     return bool(changed)
@@ -139,11 +167,18 @@ def set_agent_public(*, agent: Agent, public: bool) -> bool:
     """Publish an agent (anyone may read its card, find it in the directory and message it
     through its A2A endpoint, docs/PROTOCOL.md §8) or withdraw that. True if this call changed it.
     Withdrawing takes effect at once; tasks already sent stay in the agent's inbox."""
-    changed = (
-        Agent.objects.filter(pk=agent.pk, tenant_id=agent.tenant_id)
-        .exclude(public=public)
-        .update(public=public)
-    )
+    with transaction.atomic():
+        changed = (
+            Agent.objects.filter(pk=agent.pk, tenant_id=agent.tenant_id)
+            .exclude(public=public)
+            .update(public=public)
+        )
+        if changed:
+            history.record(
+                tenant_id=agent.tenant_id,
+                agent_ids=[agent.pk],
+                kind=Kind.PUBLISHED if public else Kind.UNPUBLISHED,
+            )
     agent.public = public
     return bool(changed)
 
@@ -151,18 +186,13 @@ def set_agent_public(*, agent: Agent, public: bool) -> bool:
 def rotate_agent_token(*, agent: Agent) -> str:
     """Issue a new agent token; the old one stops working at once (open streams included,
     since they re-check their credential). Returns the raw token. Works for active and
-    disabled agents (an owner may rotate before enabling), not for deregistered ones."""
-    raw = new_agent_token()
-    changed = (
-        Agent.objects.filter(pk=agent.pk, tenant_id=agent.tenant_id)
-        .exclude(status=Agent.Status.DEREGISTERED)
-        .update(token_hash=hash_secret(raw), token_prefix=display_prefix(raw))
-    )
-    if not changed:
-        raise InvalidRequest("A deregistered agent's token cannot be rotated.")
-    agent.token_hash = hash_secret(raw)
-    agent.token_prefix = display_prefix(raw)
-    return raw
+    disabled agents (an owner may rotate before enabling), not for deregistered ones. The
+    new token keeps the old one's expiry while it lies ahead, so an agent cannot outlive an
+    expiring token by rotating it."""
+    expires_at = agent.token_expires_at
+    if expires_at is not None and expires_at <= timezone.now():
+        expires_at = None
+    return tokens.replace_agent_token(agent=agent, expires_at=expires_at)
 
 
 def revoke_api_key(*, api_key: ApiKey) -> int:
@@ -177,11 +207,18 @@ def revoke_api_key(*, api_key: ApiKey) -> int:
         still_active = ApiKey.objects.filter(ApiKey.active_q(now), tenant_id=api_key.tenant_id)
         if still_active.exists():
             return 0
-        return (
-            Agent.objects.filter(tenant_id=api_key.tenant_id)
-            .exclude(status=Agent.Status.DEREGISTERED)
-            .update(status=Agent.Status.DEREGISTERED, deregistered_at=now)
+        live = Agent.objects.filter(tenant_id=api_key.tenant_id).exclude(
+            status=Agent.Status.DEREGISTERED
         )
+        ids = list(live.values_list("pk", flat=True))  # stable: the tenant row is locked
+        deregistered = live.update(status=Agent.Status.DEREGISTERED, deregistered_at=now)
+        history.record(
+            tenant_id=api_key.tenant_id,
+            agent_ids=ids,
+            kind=Kind.DEREGISTERED,
+            changes={"reason": "last API key revoked"},
+        )
+        return deregistered
 
 
 def rotate_webhook_secret(*, agent: Agent) -> str:
@@ -225,7 +262,24 @@ def set_agent_policy(
         disclosure_ceiling=disclosure_ceiling,
     )
     if changes:
-        Agent.objects.filter(pk=agent.pk, tenant_id=agent.tenant_id).update(**changes)
+        with transaction.atomic():
+            # The current values under the row lock: the event records what really changed,
+            # and an unchanged policy is no change (no event, no new revision).
+            current = (
+                Agent.objects.select_for_update()
+                .filter(pk=agent.pk, tenant_id=agent.tenant_id)
+                .values(*changes)
+                .first()
+            ) or {}
+            changed = {f: v for f, v in changes.items() if f in current and current[f] != v}
+            if changed:
+                Agent.objects.filter(pk=agent.pk, tenant_id=agent.tenant_id).update(**changed)
+                history.record(
+                    tenant_id=agent.tenant_id,
+                    agent_ids=[agent.pk],
+                    kind=Kind.POLICY,
+                    changes={f: [current[f], v] for f, v in changed.items()},
+                )
         for field, value in changes.items():
             setattr(agent, field, value)
     return agent

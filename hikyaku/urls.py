@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from agents import api as agents_api
 from agents.views import agent_directory, broker_agent_card, peer_agent_card
+from agents.whoami import MeView
 
 from . import error_pages, health, metrics
 
@@ -26,6 +27,8 @@ urlpatterns = [
         name="a2a-agent-card",
     ),
     path("api/v1/agents", agents_api.AgentListView.as_view(), name="api-agents"),
+    # Before the detail route, whose <str:agent_id> would take "me".
+    path("api/v1/agents/me", MeView.as_view(), name="api-agent-me"),
     path("api/v1/agents/<str:agent_id>", agents_api.AgentDetailView.as_view(), name="api-agent"),
     path(
         "api/v1/agents/<str:agent_id>/token",

@@ -253,7 +253,17 @@ class HikyakuClient:
         )
 
     async def whoami(self) -> dict[str, Any]:
-        return await self.get_agent(self.credentials.require_agent_id())
+        """The acting agent as GET /api/v1/agents/me describes it: identity, tenant, relations,
+        ceiling and the tenant's policy revision. Brokers older than that route answer
+        AGENT_NOT_FOUND for "me"; then the agent's own record stands in."""
+        try:
+            return await self._rest(
+                "GET", "/api/v1/agents/me", headers=self.credentials.agent_headers()
+            )
+        except BrokerError as exc:
+            if exc.code != "AGENT_NOT_FOUND" or not self.credentials.agent_id:
+                raise
+        return await self.get_agent(self.credentials.agent_id)
 
     async def deregister(self) -> None:
         agent_id = self.credentials.require_agent_id()

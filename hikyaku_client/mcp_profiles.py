@@ -91,7 +91,7 @@ STDIO = Surface(
     name="stdio",
     instructions=_WORKFLOW
     + "poll returns what is new (messages, and changes on tasks you sent or work on) once each.",
-    whoami="Who this agent is (id, name), and the state of the inbox stream poll reads.",
+    whoami="Who this agent is (id, name, tenant), whom it may send to and hear from, its ceiling and policy revision; the inbox stream's state.",
     poll="New messages and changes on your tasks since the last poll, each returned once; "
     "items a filter leaves out stay for the next poll.",
     register="Register a new agent with the tenant API key (api_key or HIKYAKU_API_KEY). "
@@ -106,7 +106,7 @@ HTTP = Surface(
     instructions=_WORKFLOW
     + "poll lists what waits for you (unread messages, questions on tasks you sent) until you "
     "act on it.",
-    whoami="Who this agent is (id, name): the agent this request's credentials name.",
+    whoami="Who this agent is (id, name, tenant), whom it may send to and hear from, its ceiling and policy revision.",
     poll="What waits for you: unread messages, and tasks you sent whose recipient asked you "
     "something. An item is listed again until you act on it.",
     register="Register a new agent with a tenant API key (api_key, or the key this request "

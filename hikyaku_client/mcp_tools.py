@@ -211,8 +211,16 @@ def build_server(
             except HikyakuError as exc:
                 raise ToolError(str(exc)) from None
             stream = session.stream_status()
-        text = f"You are {agent.get('name')} ({agent.get('agent_id')}). Stream: {stream}."
-        return _result(text, {"agent": agent, "stream": stream})
+        text = f"You are {agent.get('name')} ({agent.get('agent_id')})"
+        if agent.get("tenant"):
+            text += f" in tenant {agent['tenant'].get('slug')}"
+        if "send_to" in agent:
+            text += (
+                f". You may send to {render.relation_text(agent.get('send_to'))} and receive "
+                f"from {render.relation_text(agent.get('receive_from'))}; disclosure ceiling "
+                f"{agent.get('disclosure_ceiling')}; policy revision {agent.get('policy_revision')}"
+            )
+        return _result(f"{text}. Stream: {stream}.", {"agent": agent, "stream": stream})
 
     @tool("List the tenant's active agents; with id, one agent's details.", _READ)
     async def agents(

@@ -359,3 +359,38 @@ def events_table(events: list[dict[str, Any]], task: dict[str, Any]):
             text,
         )
     return table
+
+
+def relation_text(relation: dict[str, Any] | None) -> str:
+    """An allow-list from GET /api/v1/agents/me: "anyone", "nobody" or the agents' labels."""
+    if not relation or relation.get("anyone"):
+        return "anyone"
+    agents = relation.get("agents") or []
+    if not agents:
+        return "nobody"
+    return ", ".join(
+        agent_label(a.get("agent_id"), a.get("name"))
+        + ("" if a.get("status") in (None, "active") else f" [{a['status']}]")
+        for a in agents
+    )
+
+
+def whoami_detail(me: dict[str, Any]):
+    """agent_detail plus what the broker says of the caller's tenant, credential and policy."""
+    table = agent_detail(me)
+    tenant = me.get("tenant")
+    if tenant:
+        _row(table, "tenant", f"{tenant.get('name')} ({tenant.get('slug')})")
+    credential = me.get("credential")
+    if credential:
+        expiry = credential.get("expires_at")
+        until = f", expires {local_time(expiry)}" if expiry else ""
+        _row(table, "credential", f"{credential.get('kind')} {credential.get('prefix')}…{until}")
+    if "send_to" in me:
+        _row(table, "send to", relation_text(me.get("send_to")))
+        _row(table, "receive from", relation_text(me.get("receive_from")))
+    if me.get("disclosure_ceiling"):
+        _row(table, "ceiling", me["disclosure_ceiling"])
+    if me.get("policy_revision") is not None:
+        _row(table, "policy rev", str(me["policy_revision"]))
+    return table

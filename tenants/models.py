@@ -57,6 +57,9 @@ class Tenant(models.Model):
         help_text="Refuse the API key + X-Agent-Id identity; agents must use their own token.",
     )
     created_at = models.DateTimeField(default=timezone.now)
+    # Counts changes to the tenant's agents and who may talk to whom (agents.models.AgentEvent
+    # records each); agents read it from GET /api/v1/agents/me to notice a change.
+    policy_revision = models.PositiveBigIntegerField(default=0, editable=False)
 
     class Meta:
         constraints = [

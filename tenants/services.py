@@ -48,6 +48,16 @@ def get_or_create_tenant(*, slug: str) -> Tenant:
     return tenant or create_tenant(name=slug, slug=slug)
 
 
+def rename_tenant(*, tenant: Tenant, name: str) -> bool:
+    """Change a tenant's display name (its slug never changes); True if this call changed it."""
+    name = name.strip()
+    if not name or len(name) > 200:
+        raise InvalidRequest("A tenant name is 1 to 200 characters.", details={"name": ["invalid"]})
+    changed = Tenant.objects.filter(pk=tenant.pk).exclude(name=name).update(name=name)
+    tenant.name = name
+    return bool(changed)
+
+
 def add_member(*, tenant: Tenant, user: User, role: str = Membership.Role.MEMBER) -> Membership:
     membership, _ = Membership.objects.update_or_create(
         tenant=tenant, user=user, defaults={"role": role}

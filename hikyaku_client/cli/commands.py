@@ -98,7 +98,7 @@ async def cmd_whoami(args, client: HikyakuClient, out: Output) -> None:
     if out.as_json:
         out.json(agent)
         return
-    out.print(render.agent_detail(agent))
+    out.print(render.whoami_detail(agent))
     via = "agent token" if client.credentials.agent_token else "API key + X-Agent-Id"
     out.progress(f"Authenticated with {via} at {client.credentials.url}")
 

@@ -4,8 +4,8 @@ Each surface is one callable that performs a harmless request as "the agent" wit
 headers; each case builds headers from a small world and says whether they must work. Every
 (surface, case) pair is a test: a refusal is HTTP 401 with `WWW-Authenticate: Bearer` and the
 surface's own error shape (REST envelope or JSON-RPC error object), and never echoes the secret.
-A surface added to the broker is added to SURFACES (tests/security/test_route_coverage.py
-fails until its route is classified).
+A route added to the broker is added to SURFACES or to NOT_AGENT_SURFACES
+(`test_every_route_is_a_surface_or_says_why_not` fails until it is).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from django.test import Client
 from django.utils import timezone
 
 from agents import services as agent_services
+from agents import tokens as agent_tokens
+from agents.models import Agent
 from messaging.models import Task
 from tenants.models import ApiKey
 from tenants.selectors import api_key_by_raw
@@ -118,6 +120,7 @@ SURFACES = {
         _json("post", lambda w: f"/api/v1/agents/{w.agent.id}/token", {}),
     ),
     "rest task events": ("rest", _json("get", lambda w: f"/api/v1/tasks/{w.task_id}/events")),
+    "rest whoami": ("rest", _json("get", lambda w: "/api/v1/agents/me")),
     "rpc 1.0 ListTasks": (
         "rpc",
         _rpc("/a2a/", "1.0", "ListTasks", lambda w: {"contextId": w.agent.id}),
@@ -153,6 +156,24 @@ def _rotate_keys(w: World) -> tuple[str, str]:
 
 def _rotate_token(w: World) -> tuple[str, str]:
     return w.agent.token, agent_services.rotate_agent_token(agent=w.agent.model)
+
+
+def _token_expiring_in(w: World, delta: timedelta) -> str:
+    raw = agent_tokens.replace_agent_token(
+        agent=w.agent.model, expires_at=timezone.now() + timedelta(minutes=5)
+    )
+    Agent.objects.filter(pk=w.agent.id).update(token_expires_at=timezone.now() + delta)
+    return raw
+
+
+def _revoked_token(w: World) -> str:
+    agent_tokens.revoke_agent_token(agent=w.agent.model)
+    return w.agent.token
+
+
+def _reissued_token(w: World) -> tuple[str, str]:
+    agent_tokens.revoke_agent_token(agent=w.agent.model)
+    return w.agent.token, agent_tokens.issue_agent_token(agent=w.agent.model)
 
 
 def _require_tokens(w: World) -> None:
@@ -228,6 +249,27 @@ CASES: dict[str, tuple[Callable[[World], dict], str]] = {
     ),
     "rotated token, old one": (lambda w: _headers(f"Bearer {_rotate_token(w)[0]}"), 401),
     "rotated token, new one": (lambda w: _headers(f"Bearer {_rotate_token(w)[1]}"), "ok"),
+    "expiring token, before expiry": (
+        lambda w: _headers(f"Bearer {_token_expiring_in(w, timedelta(minutes=5))}"),
+        "ok",
+    ),
+    "expired token": (
+        lambda w: _headers(f"Bearer {_token_expiring_in(w, -timedelta(seconds=1))}"),
+        401,
+    ),
+    "revoked token": (lambda w: _headers(f"Bearer {_revoked_token(w)}"), 401),
+    "revoked token, reissued: old one": (
+        lambda w: _headers(f"Bearer {_reissued_token(w)[0]}"),
+        401,
+    ),
+    "revoked token, reissued: new one": (
+        lambda w: _headers(f"Bearer {_reissued_token(w)[1]}"),
+        "ok",
+    ),
+    "revoked token, key + X-Agent-Id still works": (
+        lambda w: (_revoked_token(w), _headers(f"Bearer {w.key}", w.agent.id))[1],
+        "ok",
+    ),
     "require agent tokens: key + X-Agent-Id": (
         lambda w: (_require_tokens(w), _headers(f"Bearer {w.key}", w.agent.id))[1],
         401,
@@ -345,3 +387,42 @@ def test_a_refusal_looks_the_same_whatever_was_wrong(world):
         bodies.add(Client().get("/api/v1/agents", **headers).content)
     assert len(bodies) == 1, bodies
     assert Task.objects.count() == 1
+
+
+# Every route is an agent surface above, or says why it is not --------------------------
+
+SURFACE_ROUTES = {
+    "api/v1/agents": ("rest list agents",),
+    "api/v1/agents/me": ("rest whoami",),
+    "api/v1/agents/<str:agent_id>": ("rest get agent", "rest patch self", "rest delete self"),
+    "api/v1/agents/<str:agent_id>/token": ("rest rotate token",),
+    "api/v1/tasks/<str:task_id>/events": ("rest task events",),
+    "": ("rpc 0.3 root tasks/get",),
+    "a2a/": ("rpc 1.0 ListTasks", "rpc 1.0 GetTask", "rpc 1.0 SendMessage"),
+}
+NOT_AGENT_SURFACES = {
+    "healthz": "public",
+    "readyz": "public",
+    "metrics": "operator access rule (tests/ops)",
+    ".well-known/agent-card.json": "public",
+    "api/schema/": "public",
+    "api/docs/": "public",
+    "favicon.ico": "public",
+    "api/v1/agents/<str:agent_id>/policy": "tenant key only (tests/agents/test_policy_admin_and_api.py)",
+    "api/v1/agents/<str:agent_id>/webhook-secret": "tests/agents/test_credentials.py",
+    "api/v1/subscribe": "streams: tests/messaging/test_streams.py, test_credentials_streams.py",
+    "a2a/agents/": "cards: tests/agents/test_peer_cards.py",
+    "a2a/agents/<str:agent_id>/.well-known/agent-card.json": "tests/agents/test_peer_cards.py",
+    "a2a/agents/<str:agent_id>/": "peer callers: tests/messaging/test_peer_endpoint.py",
+    "a2a/agents/<str:agent_id>": "the same endpoint without its slash",
+}
+PEOPLE_PREFIXES = ("admin/", "accounts/", "ui/")  # sessions, not agent credentials
+
+
+def test_every_route_is_a_surface_or_says_why_not():
+    from tests.security.test_cross_tenant import url_routes
+
+    routes = [r for r in url_routes() if not r.startswith(PEOPLE_PREFIXES)]
+    missing = [r for r in routes if r not in SURFACE_ROUTES and r not in NOT_AGENT_SURFACES]
+    assert not missing, f"Routes missing from the auth-edge matrix: {missing}"
+    assert {s for names in SURFACE_ROUTES.values() for s in names} <= set(SURFACES)

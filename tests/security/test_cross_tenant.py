@@ -90,12 +90,21 @@ def rest(method: str, path: str, body: dict | None = None):
     return call
 
 
-def with_key(world: World, caller: factories.TestAgent, the_id: str):
+def with_key(world: World, caller: factories.TestAgent, the_id: str, path: str = "/api/v1/agents"):
     """The compat identity: caller's tenant key with another id in X-Agent-Id."""
     key = world.b_key if caller.tenant.pk == world.b.tenant.pk else world.a_key
-    return Client().get(
-        "/api/v1/agents", HTTP_AUTHORIZATION=f"Bearer {key}", HTTP_X_AGENT_ID=the_id
-    )
+    return Client().get(path, HTTP_AUTHORIZATION=f"Bearer {key}", HTTP_X_AGENT_ID=the_id)
+
+
+def with_token(path: str):
+    """The caller's own agent token with another id in X-Agent-Id."""
+
+    def call(world: World, caller: factories.TestAgent, the_id: str):
+        return Client().get(
+            path, HTTP_AUTHORIZATION=f"Bearer {caller.token}", HTTP_X_AGENT_ID=the_id
+        )
+
+    return call
 
 
 def staff_only(path: str):
@@ -308,6 +317,19 @@ ROUTES: dict[str, Route] = {
     "api/v1/agents": Route(
         "tenant-scoped list and registration; ids only in X-Agent-Id",
         {"X-Agent-Id with the caller's tenant key": Probe(AGENT_IDS, with_key, control=True)},
+    ),
+    "api/v1/agents/me": Route(
+        "the caller's own profile: ids only in X-Agent-Id",
+        {
+            "X-Agent-Id with the caller's tenant key": Probe(
+                AGENT_IDS,
+                lambda w, c, i: with_key(w, c, i, path="/api/v1/agents/me"),
+                control=True,
+            ),
+            "X-Agent-Id with the caller's token": Probe(
+                AGENT_IDS, with_token("/api/v1/agents/me"), control=True
+            ),
+        },
     ),
     "api/v1/agents/<str:agent_id>": Route(
         "agent detail, update, deregistration",
