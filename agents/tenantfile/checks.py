@@ -8,7 +8,6 @@ can tell: names that must be unique, and relations naming agents outside the fil
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,15 +149,12 @@ def check_against(
     *,
     prune: bool = False,
 ) -> None:
-    """Problems only the tenant's live (active or disabled) agents reveal. Agents are matched
-    by name, so a name the file uses must belong to at most one live agent."""
-    by_name: dict[str, list[Agent]] = defaultdict(list)
-    for agent in live_agents:
-        by_name[agent.name].append(agent)
+    """Problems only the tenant's live (active or disabled) agents reveal: relations to
+    agents that are neither in the file nor live in the tenant (names are unique among live
+    agents, docs/PROTOCOL.md §1)."""
+    live_names = {agent.name for agent in live_agents}
     in_file = tenant_file.names()
     for index, name, entry in tenant_file.entries:
-        if len(by_name.get(name, ())) > 1:
-            document.problem(("agents", index, "name"), _ambiguous(name, by_name[name]))
         for relation in RELATIONS:
             targets = entry.get(relation)
             if not isinstance(targets, list):
@@ -170,30 +166,19 @@ def check_against(
                 path = ("agents", index, relation, position)
                 if target == ANYONE or target in in_file:
                     continue
-                matches = by_name.get(target, [])
                 where = f"agent {name!r}: {relation}"
-                if not matches:
+                if target not in live_names:
                     document.problem(
                         path,
                         f"{where} names {target!r}, which is neither in this file nor a "
                         f"live agent of tenant {tenant_file.slug!r}",
                     )
-                elif len(matches) > 1:
-                    document.problem(path, f"{where}: {_ambiguous(target, matches)}")
                 elif prune:
                     document.problem(
                         path,
                         f"{where} names {target!r}, which is not in this file, so --prune "
                         "would deregister it",
                     )
-
-
-def _ambiguous(name: str, agents: list[Agent]) -> str:
-    ids = ", ".join(sorted(str(a.pk) for a in agents))
-    return (
-        f"{len(agents)} live agents of the tenant are named {name!r} ({ids}); agents are "
-        "matched by name, so rename or deregister all but one first"
-    )
 
 
 def _known_keys(document: Document, path: Path, data: dict, known: tuple, where: str) -> None:

@@ -17,7 +17,6 @@ from typing import Any
 import yaml
 from django.db import transaction
 
-from hikyaku.errors import InvalidRequest
 from tenants import services as tenant_services
 from tenants.models import Tenant
 
@@ -114,17 +113,9 @@ class Plan:
 
 
 def export_tenant(*, tenant: Tenant) -> str:
-    """The tenant's live agents as a tenant file: sorted by name, relations by name, no
-    secrets. Refuses a tenant whose live agents share a name (a file could not tell them
-    apart)."""
+    """The tenant's live agents as a tenant file: sorted by name, relations by name (unique
+    among live agents, docs/PROTOCOL.md §1), no secrets."""
     live = _live_agents(tenant)
-    names = [a.name for a in live]
-    duplicated = sorted({n for n in names if names.count(n) > 1})
-    if duplicated:
-        raise InvalidRequest(
-            "Agents are matched by name, and several live agents share the name(s) "
-            f"{', '.join(map(repr, duplicated))}: rename or deregister all but one first."
-        )
     names_by_id = {str(a.pk): a.name for a in live}
     agents = []
     for agent in live:
@@ -161,8 +152,8 @@ def apply_file(
     show: Callable[[Plan], None] = lambda plan: None,
 ) -> Plan:
     """Plan the file against the tenant under its row lock, `show` the plan, and unless
-    `dry_run` apply it in the same transaction. Problems only the database reveals (names
-    shared by several live agents, relations to unknown agents) are added to `document` and
+    `dry_run` apply it in the same transaction. Problems only the database reveals (relations
+    to unknown agents) are added to `document` and
     abort before anything is shown or written."""
     with transaction.atomic():
         tenant = Tenant.objects.select_for_update().filter(slug=tenant_file.slug).first()

@@ -314,28 +314,20 @@ def test_relations_may_name_live_agents_of_the_tenant_outside_the_file(tenant, t
     assert "valid" in run("tenantfile", "validate", path)
 
 
-def test_names_shared_by_live_agents_are_refused_clearly(tenant, tmp_path):
-    first = factories.agent(tenant, name="bob").model
-    second = factories.agent(tenant, name="bob").model
-    path = write(tmp_path, VALID)
-    problems = run_failing("tenantfile", "apply", path)
-    ids = ", ".join(sorted([str(first.pk), str(second.pk)]))
-    # alice's relation names the file's bob: the one problem is bob's name.
-    assert problems == [
-        f"{path}:8: 2 live agents of the tenant are named 'bob' ({ids}); agents are matched "
-        "by name, so rename or deregister all but one first",
-    ]
-    assert run_failing("tenantfile", "validate", path) == problems
-    with pytest.raises(CommandError, match="several live agents share the name"):
-        export("acme")
-    # A relation to a shared name outside the file is ambiguous too.
+def test_a_deregistered_agent_is_not_matched_by_name(tenant, tmp_path):
+    """Names are unique among live agents only: a file naming a deregistered agent creates a
+    new one, and a relation to it is refused until then."""
+    gone = factories.agent(tenant, name="bob").model
+    services.deregister_agent(agent=gone)
     outside = write(tmp_path, VALID.replace("  - name: bob\n", ""), "outside.yaml")
     assert run_failing("tenantfile", "validate", outside) == [
-        f"{outside}:7: agent 'alice': send_to: 2 live agents of the tenant are named 'bob' "
-        f"({ids}); agents are matched by name, so rename or deregister all but one first"
+        f"{outside}:7: agent 'alice': send_to names 'bob', which is neither in this file nor "
+        "a live agent of tenant 'acme'"
     ]
-    services.deregister_agent(agent=second)
-    assert "create agent alice" in run("tenantfile", "apply", path)
+    plan = run("tenantfile", "apply", write(tmp_path, VALID))
+    assert "create agent bob" in plan
+    bob = Agent.objects.get(tenant=tenant, name="bob", status="active")
+    assert bob.pk != gone.pk
 
 
 def test_apply_is_one_transaction(tenant, tmp_path, settings):

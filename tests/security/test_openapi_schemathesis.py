@@ -11,6 +11,7 @@ registers a fresh agent when a generated request deregisters or re-keys it.
 from __future__ import annotations
 
 import random
+import uuid
 from dataclasses import dataclass
 
 import httpx
@@ -67,8 +68,9 @@ class Caller:
     def renew(self, base_url: str) -> None:
         response = httpx.post(
             f"{base_url}/api/v1/agents",
-            # Names are unique among live agents, and a re-keyed agent is still live.
-            json={"name": f"schemathesis-{random.getrandbits(64):x}", "description": ""},
+            # Names are unique among live agents, and a re-keyed agent is still live. Not the
+            # `random` module: hypothesis seeds it alike for every example.
+            json={"name": f"schemathesis-{uuid.uuid4().hex}", "description": ""},
             headers={"Authorization": f"Bearer {self.key}"},
         )
         response.raise_for_status()
