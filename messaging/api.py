@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 from agents.api import AGENT_AUTH_PARAMS, agent_identity, errors
 
 from . import selectors
-from .services import Sender
+from .parties import Sender
 
 
 class EventOut(serializers.Serializer):

@@ -14,7 +14,7 @@ from hikyaku.errors import InvalidRequest, TaskNotFound
 
 from . import policy, states
 from .models import Task, TaskEvent
-from .services import Sender, party_roles
+from .parties import Sender, party_roles
 
 
 def party_task(*, sender: Sender, task_id: Any) -> Task:

@@ -35,10 +35,10 @@ from hikyaku.errors import (
     TaskNotFound,
     UnsupportedOperation,
 )
-from tenants.models import Tenant
 
 from . import events, policy
 from .models import TERMINAL_STATES, Task, TaskEvent, TaskState
+from .parties import Sender, party_roles
 from .push import delivery as push_delivery
 
 Kind = TaskEvent.Kind
@@ -107,19 +107,6 @@ TRANSITIONS: dict[str, Transition] = {
     Kind.COMMENT: Transition("either", _ANY_LIVE, None),
 }
 ACTIONS = sorted(TRANSITIONS)
-
-
-@dataclass(frozen=True)
-class Sender:
-    """Who sends or acts: a tenant agent, or an external A2A caller (docs/PROTOCOL.md §8)."""
-
-    tenant: Tenant
-    agent: Agent | None
-    caller_id: str = ""
-
-    @property
-    def label(self) -> str:
-        return self.agent.name if self.agent else f"external:{self.caller_id}"
 
 
 # Sending -------------------------------------------------------------------------------------
@@ -1038,18 +1025,6 @@ def _task_pk(task_id: Any) -> uuid.UUID | None:
         return uuid.UUID(str(task_id))
     except ValueError:
         return None
-
-
-def party_roles(sender: Sender, task: Task) -> set[str]:
-    roles = set()
-    if sender.agent is not None:
-        if task.sender_id == sender.agent.id:
-            roles.add("sender")
-        if task.recipient_id == sender.agent.id:
-            roles.add("recipient")
-    elif task.sender_id is None and task.caller_id and task.caller_id == sender.caller_id:
-        roles.add("sender")
-    return roles
 
 
 def _party_task(sender: Sender, task_id: Any) -> Task:

@@ -10,7 +10,7 @@ from typing import Any
 from hikyaku.errors import InvalidRequest
 
 from .. import selectors, services
-from ..services import Sender
+from ..parties import Sender
 from . import push
 from .push import PUSH_METHODS
 from .wire import Dialect, parse_message, parse_status_filter, render_task

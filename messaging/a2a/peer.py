@@ -56,7 +56,7 @@ from hikyaku.errors import (
 
 from .. import selectors, services, waiting
 from ..models import Task, TaskState
-from ..services import Sender
+from ..parties import Sender, party_roles
 from ..stream.a2a import STREAMING_METHODS
 from ..stream.serve import polled_response
 from . import errors, push
@@ -123,9 +123,7 @@ def _task_id(params: dict[str, Any]) -> str:
 def _own_task(call: PeerCall, task_id: str) -> Task:
     """A task the caller sent to this agent; anything else is "not found"."""
     task = selectors.party_task(sender=call.sender, task_id=task_id)
-    if task.recipient_id != call.agent.id or "sender" not in services.party_roles(
-        call.sender, task
-    ):
+    if task.recipient_id != call.agent.id or "sender" not in party_roles(call.sender, task):
         raise TaskNotFound(f"Task not found: {task_id}")
     return task
 

@@ -24,7 +24,7 @@ from hikyaku.errors import (
     decorate,
 )
 
-from ..services import Sender
+from ..parties import Sender
 from ..stream.a2a import STREAMING_METHODS, wsgi_response
 from . import errors
 from .methods import METHODS, Call

@@ -14,8 +14,8 @@ from agents.destinations import check_url
 from hikyaku.errors import InvalidRequest, TaskNotFound
 
 from ..models import PushConfig, Task
+from ..parties import Sender
 from ..selectors import party_task
-from ..services import Sender
 
 MAX_CONFIGS_PER_PARTY = 10
 

@@ -47,7 +47,7 @@ from ..a2a import errors
 from ..a2a.methods import _int_param
 from ..a2a.wire import Dialect, dialect_for, parse_message, render_task, update_results
 from ..models import TERMINAL_STATES, Task, TaskEvent
-from ..services import Sender
+from ..parties import Sender
 from . import sse
 from .db import run_db
 from .feeds import PAGE, Batch, Feed

@@ -44,7 +44,7 @@ from ..a2a.peer import (
 from ..a2a.views import EnvelopeError, parse_request
 from ..a2a.wire import Dialect
 from ..models import Task, TaskEvent
-from ..services import Sender
+from ..parties import Sender
 from . import sse
 from .a2a import SEND, STREAMING_METHODS, TaskFeed, open_or_answer, snapshot
 from .db import run_db

@@ -25,7 +25,7 @@ from google.protobuf.struct_pb2 import Struct
 
 from agents import services as agent_services
 from messaging import services as messaging_services
-from messaging.services import Sender
+from messaging.parties import Sender
 from tests import factories
 from tests.live import SSEClient
 from tests.messaging import rpc

@@ -13,7 +13,7 @@ from django.db import connection
 
 from messaging import services
 from messaging.models import Task, TaskEvent
-from messaging.services import Sender
+from messaging.parties import Sender
 
 pytestmark = [
     pytest.mark.django_db,

@@ -10,7 +10,7 @@ import pytest
 
 from agents import services as agent_services
 from messaging import services as messaging_services
-from messaging.services import Sender
+from messaging.parties import Sender
 from tests import factories
 from tests.live import SSEClient
 

@@ -78,7 +78,8 @@ def _message(text: str, **metadata) -> dict:
 
 def _exchange_messages(tenant, alice) -> None:
     """Tasks and events in several states: completed, cancelled, unread, and a broadcast."""
-    from messaging.services import Sender, act_on_task, cancel_task, send_message
+    from messaging.parties import Sender
+    from messaging.services import act_on_task, cancel_task, send_message
 
     erin = agent_services.register_agent(tenant=tenant, name="erin", description="worker").agent
     as_alice, as_erin = Sender(tenant=tenant, agent=alice), Sender(tenant=tenant, agent=erin)

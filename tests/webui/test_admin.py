@@ -11,7 +11,8 @@ from django.test.utils import CaptureQueriesContext
 
 from agents.models import Agent
 from messaging.models import Task
-from messaging.services import Sender, send_message
+from messaging.parties import Sender
+from messaging.services import send_message
 from tenants.models import ApiKey, User
 from tests import factories
 

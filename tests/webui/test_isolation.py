@@ -13,7 +13,8 @@ import pytest
 
 from agents.models import Agent
 from messaging.models import Task
-from messaging.services import Sender, send_message
+from messaging.parties import Sender
+from messaging.services import send_message
 from tenants.models import ApiKey
 from tests import factories
 from webui.files import part_digest

@@ -9,7 +9,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from messaging.models import Task
-from messaging.services import Sender, act_on_task, send_message
+from messaging.parties import Sender
+from messaging.services import act_on_task, send_message
 from tests import factories
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from agents.models import Agent
-from messaging.services import Sender, send_message
+from messaging.parties import Sender
+from messaging.services import send_message
 from tenants.credentials import hash_secret
 from tenants.models import ApiKey, Membership
 from tests import factories

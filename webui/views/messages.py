@@ -16,7 +16,8 @@ from hikyaku.errors import HikyakuError
 from messaging import selectors as messaging_selectors
 from messaging import states
 from messaging.models import Task, TaskState
-from messaging.services import Sender, send_message
+from messaging.parties import Sender
+from messaging.services import send_message
 
 from .. import files
 from ..forms import SendMessageForm, add_service_error
