@@ -27,7 +27,7 @@ TERMINAL_STATES = frozenset(
     {"TASK_STATE_COMPLETED", "TASK_STATE_CANCELED", "TASK_STATE_FAILED", "TASK_STATE_REJECTED"}
 )
 
-# The names people read and type (the broker's messaging/states.py; README, "Task states"):
+# The names people read and type (the broker's messaging/lifecycle.py; README, "Task states"):
 # each is a wire state, and the wire's INPUT_REQUIRED is split by whose turn it is.
 HUMAN_STATES: dict[str, tuple[str, str | None]] = {
     "unread": ("TASK_STATE_INPUT_REQUIRED", "recipient"),

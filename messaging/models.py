@@ -7,19 +7,7 @@ from django.utils import timezone
 from agents.models import Agent, Sensitivity
 from tenants.models import Tenant
 
-
-class TaskState(models.TextChoices):
-    INPUT_REQUIRED = "input_required", "Input required"
-    WORKING = "working", "Working"
-    COMPLETED = "completed", "Completed"
-    REJECTED = "rejected", "Rejected"
-    FAILED = "failed", "Failed"
-    CANCELED = "canceled", "Canceled"
-
-
-TERMINAL_STATES = frozenset(
-    {TaskState.COMPLETED, TaskState.REJECTED, TaskState.FAILED, TaskState.CANCELED}
-)
+from .lifecycle import CREATED_PHASE, TERMINAL_STATES, Awaiting, EventKind, TaskState
 
 
 class Task(models.Model):
@@ -32,10 +20,7 @@ class Task(models.Model):
         BROADCAST = "broadcast", "Broadcast delivery"
         BROADCAST_SUMMARY = "broadcast_summary", "Broadcast summary"
 
-    class Awaiting(models.TextChoices):
-        NOBODY = "", "Nobody"
-        RECIPIENT = "recipient", "Recipient"
-        SENDER = "sender", "Sender"
+    Awaiting = Awaiting
 
     # Every index is paid for on every send and every state change, so foreign keys whose
     # lookups a composite index below already serves have none of their own (Meta.indexes).
@@ -64,11 +49,9 @@ class Task(models.Model):
     )
     context_id = models.CharField(max_length=64)
     type = models.CharField(max_length=24, choices=Type.choices, default=Type.UNICAST)
-    state = models.CharField(
-        max_length=16, choices=TaskState.choices, default=TaskState.INPUT_REQUIRED
-    )
+    state = models.CharField(max_length=16, choices=TaskState.choices, default=CREATED_PHASE.state)
     awaiting = models.CharField(
-        max_length=16, choices=Awaiting.choices, default=Awaiting.RECIPIENT, blank=True
+        max_length=16, choices=Awaiting.choices, default=CREATED_PHASE.awaiting, blank=True
     )
     broadcast_id = models.UUIDField(null=True, blank=True)
     parent = models.ForeignKey(
@@ -102,20 +85,11 @@ class Task(models.Model):
     class Meta:
         constraints = [
             models.CheckConstraint(
-                condition=Q(
-                    state__in=[
-                        "input_required",
-                        "working",
-                        "completed",
-                        "rejected",
-                        "failed",
-                        "canceled",
-                    ]
-                ),
+                condition=Q(state__in=TaskState.values),
                 name="task_state_valid",
             ),
             models.CheckConstraint(
-                condition=Q(awaiting__in=["", "recipient", "sender"]), name="task_awaiting_valid"
+                condition=Q(awaiting__in=Awaiting.values), name="task_awaiting_valid"
             ),
             models.CheckConstraint(
                 condition=Q(type__in=["unicast", "broadcast", "broadcast_summary"]),
@@ -166,7 +140,7 @@ class Task(models.Model):
             # Retention sweeps: only terminal tasks expire.
             models.Index(
                 fields=["updated_at"],
-                condition=Q(state__in=["completed", "rejected", "failed", "canceled"]),
+                condition=Q(state__in=list(TERMINAL_STATES)),
                 name="task_retention",
             ),
         ]
@@ -183,17 +157,7 @@ class TaskEvent(models.Model):
     """Append-only record of every change of a task: the audit log, the source of every
     stream, and the replay log (`Last-Event-ID`). Never updated; deleted only by retention."""
 
-    class Kind(models.TextChoices):
-        CREATED = "created", "Created"
-        ACK = "ack", "Acknowledged"
-        ACCEPT = "accept", "Accepted"
-        COMPLETE = "complete", "Completed"
-        REJECT = "reject", "Rejected"
-        FAIL = "fail", "Failed"
-        BLOCK = "block", "Blocked (question to the sender)"
-        REPLY = "reply", "Replied"
-        COMMENT = "comment", "Commented"
-        CANCEL = "cancel", "Canceled"
+    Kind = EventKind
 
     id = models.BigAutoField(primary_key=True)
     # An event's tenant and actor are its task's tenant and one of its task's parties, which

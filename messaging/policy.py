@@ -1,89 +1,278 @@
-"""Who may talk to whom (docs/PROTOCOL.md §4.5): allow-lists and disclosure ceilings.
+"""Who may talk to whom (docs/PROTOCOL.md §4.5), as one definition rendered three ways.
 
-Every send, read and transition asks these functions, so narrowing a policy closes access to
-history too. A refusal is reported by callers exactly like "not found".
+The rules are data: `DELIVER` (may a message go from its sender to its recipient) and `READ`
+(may a party of a task still see and act on it). Each is rendered
+
+- in Python (`holds`, and `may_deliver` / `may_read` on top of it) for the rows a request
+  already holds;
+- as a SQL condition (`sql`) that the write statements embed, for Postgres and for SQLite,
+  where a party is a row of the statement (the recipient a send locks) and the other is known;
+- as a queryset filter (`readable_q`) for lists, counts and pages.
+
+A term about a party known in Python is decided while rendering, so a statement carries only
+what depends on its rows. A refusal is reported by callers exactly like "not found".
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from django.db import connection
 from django.db.models import Q
 
-from agents.models import SENSITIVITY_RANK, Agent
+from agents.models import SENSITIVITY_RANK, Agent, Sensitivity
 
 if TYPE_CHECKING:
     from .models import Task
 
-
-def _allows(allow_list: list[str] | None, agent_id: object) -> bool:
-    allowed = allow_list if allow_list is not None else ["*"]
-    return "*" in allowed or str(agent_id) in allowed
+ANYONE = "*"
 
 
-def allows_anyone(allow_list: list[str] | None) -> bool:
-    return _allows(allow_list, "*")
+# The rules --------------------------------------------------------------------------------
 
 
-def within_ceiling(agent: Agent, sensitivity: str) -> bool:
-    return SENSITIVITY_RANK.get(sensitivity, 1) <= SENSITIVITY_RANK.get(agent.disclosure_ceiling, 1)
+@dataclass(frozen=True)
+class Admits:
+    """`party`'s disclosure ceiling admits the message's sensitivity."""
+
+    party: str
+
+
+@dataclass(frozen=True)
+class Lists:
+    """`owner`'s allow-list `field` names `member` (or anyone)."""
+
+    owner: str
+    field: str
+    member: str
+
+
+@dataclass(frozen=True)
+class External:
+    """The sender is an external A2A caller, not an agent of the tenant."""
+
+
+@dataclass(frozen=True)
+class ToSelf:
+    """The sender is the recipient."""
+
+
+@dataclass(frozen=True)
+class NoRecipient:
+    """The task has no recipient (a broadcast summary)."""
+
+
+@dataclass(frozen=True)
+class All:
+    terms: tuple
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    terms: tuple
+
+
+SENDER, RECIPIENT, READER = "sender", "recipient", "reader"
+RELATION = All((Lists(SENDER, "send_to", RECIPIENT), Lists(RECIPIENT, "receive_from", SENDER)))
+DELIVER = All((Admits(RECIPIENT), AnyOf((External(), All((Admits(SENDER), RELATION))))))
+# Read by a party of the task (the reader is its sender or its recipient).
+READ = All((Admits(READER), AnyOf((External(), NoRecipient(), ToSelf(), RELATION))))
+
+
+@dataclass(frozen=True)
+class _Op:
+    """Terms left undecided after folding the known ones: all of them, or any."""
+
+    all: bool
+    parts: list
+
+
+def _fold(rule, leaf) -> Any:
+    """`rule` with every term replaced by `leaf(term)`: True, False or a fragment of the
+    rendering at hand. Decided terms fold away; what remains is a fragment or an `_Op`."""
+    if isinstance(rule, All | AnyOf):
+        is_all = isinstance(rule, All)
+        parts = []
+        for term in rule.terms:
+            value = _fold(term, leaf)
+            if value is (not is_all):  # False in an All, True in an AnyOf: decided
+                return value
+            if value is not is_all:
+                parts.append(value)
+        if not parts:
+            return is_all
+        return parts[0] if len(parts) == 1 else _Op(is_all, parts)
+    return leaf(rule)
+
+
+def _rank(level: str) -> int:
+    return SENSITIVITY_RANK.get(level, SENSITIVITY_RANK[Sensitivity.INTERNAL])
+
+
+def _id(party: Any) -> str:
+    return str(getattr(party, "id", party))
+
+
+def _names(allow_list: list[str] | None, member: Any) -> bool:
+    allowed = allow_list if allow_list is not None else [ANYONE]
+    return ANYONE in allowed or _id(member) in allowed
+
+
+# Python -------------------------------------------------------------------------------------
+
+
+def holds(rule, *, sender: Any, recipient: Any, sensitivity: str, reader: Any = None) -> bool:
+    """`rule` for known parties: Agents (or bare ids, where only their id matters), None for
+    an external sender or a summary's missing recipient."""
+    parties = {SENDER: sender, RECIPIENT: recipient, READER: reader}
+
+    def leaf(term) -> bool:
+        if isinstance(term, Admits):
+            party = parties[term.party]
+            return party is None or _rank(sensitivity) <= _rank(party.disclosure_ceiling)
+        if isinstance(term, Lists):
+            owner, member = parties[term.owner], parties[term.member]
+            return owner is None or member is None or _names(getattr(owner, term.field), member)
+        if isinstance(term, External):
+            return sender is None
+        if isinstance(term, ToSelf):
+            return sender is not None and recipient is not None and _id(sender) == _id(recipient)
+        if isinstance(term, NoRecipient):
+            return recipient is None
+        raise TypeError(term)
+
+    return _evaluate(_fold(rule, leaf))
+
+
+def _evaluate(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    decide = all if value.all else any
+    return decide(_evaluate(part) for part in value.parts)
 
 
 def may_deliver(sender: Agent | None, recipient: Agent, sensitivity: str) -> bool:
     """Whether `sender` (None: an external caller) may deliver a message to `recipient`."""
-    if not within_ceiling(recipient, sensitivity):
-        return False
-    if sender is None:
-        return True
-    return (
-        within_ceiling(sender, sensitivity)
-        and _allows(sender.send_to, recipient.id)
-        and _allows(recipient.receive_from, sender.id)
-    )
-
-
-def sender_may_send(sender: Agent | None, recipient_id: object, sensitivity: str) -> bool:
-    """The sender's half of `may_deliver`, checkable before the recipient row is read."""
-    if sender is None:
-        return True
-    return within_ceiling(sender, sensitivity) and _allows(sender.send_to, recipient_id)
-
-
-def recipient_accepts_sql(table: str, sender: Agent | None, sensitivity: str) -> tuple[str, list]:
-    """The recipient's half of `may_deliver` as a Postgres condition on `table` (an
-    agents_agent row), for sends that lock and check the recipient in one statement. It must
-    say exactly what `within_ceiling(recipient, …)` and `receive_from` say above."""
-    ranks = " ".join(f"WHEN '{level}' THEN {rank}" for level, rank in SENSITIVITY_RANK.items())
-    sql = f"(CASE {table}.disclosure_ceiling {ranks} ELSE 1 END) >= %s"
-    params: list = [SENSITIVITY_RANK.get(sensitivity, 1)]
-    if sender is not None:
-        sql += (
-            f" AND ({table}.receive_from @> '[\"*\"]'::jsonb"
-            f" OR {table}.receive_from @> jsonb_build_array(%s::text))"
-        )
-        params.append(str(sender.id))
-    return sql, params
+    return holds(DELIVER, sender=sender, recipient=recipient, sensitivity=sensitivity)
 
 
 def may_read(agent: Agent | None, task: Task) -> bool:
-    """Whether a party of `task` may still see and act on it under the current policy."""
+    """Whether a party of `task` (None: an external caller) may still see and act on it,
+    with the task's `sender` and `recipient` rows loaded."""
     if agent is None:
         return True
-    if not within_ceiling(agent, task.sensitivity):
-        return False
-    if task.sender_id is None or task.recipient_id is None or task.sender_id == task.recipient_id:
-        return True
-    if agent.id == task.sender_id:
-        return _allows(agent.send_to, task.recipient_id) and _peer_allows(
-            task.recipient, "receive_from", agent.id
-        )
-    return _allows(agent.receive_from, task.sender_id) and _peer_allows(
-        task.sender, "send_to", agent.id
+    return holds(
+        READ,
+        sender=task.sender if task.sender_id is not None else None,
+        recipient=task.recipient if task.recipient_id is not None else None,
+        reader=agent,
+        sensitivity=task.sensitivity,
     )
 
 
-def _peer_allows(peer: Agent | None, field: str, agent_id: object) -> bool:
-    return peer is None or _allows(getattr(peer, field), agent_id)
+def within_ceiling(agent: Agent, sensitivity: str) -> bool:
+    return _rank(sensitivity) <= _rank(agent.disclosure_ceiling)
+
+
+def allows_anyone(allow_list: list[str] | None) -> bool:
+    return allow_list is None or ANYONE in allow_list
+
+
+# SQL ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """A party that is an agents_agent row of the statement, under `alias`."""
+
+    alias: str
+
+
+def sql(rule, *, sender: Any, recipient: Any, sensitivity: str) -> tuple[str, list]:
+    """`rule` as a condition for this connection's database (Postgres or SQLite): each party
+    is a `Row` of the statement or known (an Agent, or None as in `holds`); the sensitivity
+    is the message's. Returns ("TRUE"/"FALSE" or a condition, params)."""
+    parties = {SENDER: sender, RECIPIENT: recipient}
+    postgres = connection.vendor == "postgresql"
+
+    def leaf(term):
+        if isinstance(term, Admits):
+            party = parties[term.party]
+            if not isinstance(party, Row):
+                return party is None or _rank(sensitivity) <= _rank(party.disclosure_ceiling)
+            levels = [
+                level for level, rank in SENSITIVITY_RANK.items() if rank >= _rank(sensitivity)
+            ]
+            return (f"{party.alias}.disclosure_ceiling IN ({_marks(levels)})", levels)
+        if isinstance(term, Lists):
+            owner, member = parties[term.owner], parties[term.member]
+            if owner is None or member is None:
+                return True
+            if not isinstance(owner, Row):
+                if isinstance(member, Row):
+                    return _member_of(member, getattr(owner, term.field))
+                return _names(getattr(owner, term.field), member)
+            column = f"{owner.alias}.{term.field}"
+            if isinstance(member, Row):
+                raise NotImplementedError("a rule between two rows is not rendered")
+            if postgres:
+                return (
+                    f"({column} @> '[\"*\"]'::jsonb OR {column} @> jsonb_build_array(%s::text))",
+                    [_id(member)],
+                )
+            return (
+                f"EXISTS (SELECT 1 FROM json_each({column}) WHERE value IN ('*', %s))",
+                [_id(member)],
+            )
+        if isinstance(term, External):
+            if isinstance(sender, Row):
+                return False  # a row of agents_agent is an agent
+            return sender is None
+        if isinstance(term, ToSelf):
+            if isinstance(sender, Row) or isinstance(recipient, Row):
+                raise NotImplementedError("ToSelf on a row is not rendered")
+            return sender is not None and recipient is not None and _id(sender) == _id(recipient)
+        if isinstance(term, NoRecipient):
+            return recipient is None
+        raise TypeError(term)
+
+    return _to_sql(_fold(rule, leaf))
+
+
+def _member_of(member: Row, allow_list: list[str] | None):
+    if allows_anyone(allow_list):
+        return True
+    ids = [_prep_id(value) for value in allow_list or []]
+    ids = [value for value in ids if value is not None]
+    if not ids:
+        return False
+    return (f"{member.alias}.id IN ({_marks(ids)})", ids)
+
+
+def _prep_id(value: str) -> Any:
+    try:
+        return Agent._meta.pk.get_db_prep_value(uuid.UUID(str(value)), connection)
+    except ValueError:
+        return None
+
+
+def _marks(values: list) -> str:
+    return ", ".join(["%s"] * len(values))
+
+
+def _to_sql(value) -> tuple[str, list]:
+    if isinstance(value, bool):
+        return ("TRUE" if value else "FALSE"), []
+    if isinstance(value, _Op):
+        rendered = [_to_sql(part) for part in value.parts]
+        text = (" AND " if value.all else " OR ").join(f"({s})" for s, _ in rendered)
+        return text, [p for _, params in rendered for p in params]
+    return value
+
+
+# Querysets ------------------------------------------------------------------------------------
 
 
 def _restricted_peers(agent: Agent) -> list[tuple[str, list[str], list[str]]]:
@@ -92,7 +281,7 @@ def _restricted_peers(agent: Agent) -> list[tuple[str, list[str], list[str]]]:
     agents.services.set_agent_policy, so "allows anyone" is exactly ["*"]."""
     rows = (
         Agent.objects.filter(tenant_id=agent.tenant_id)
-        .exclude(send_to=["*"], receive_from=["*"])
+        .exclude(send_to=[ANYONE], receive_from=[ANYONE])
         .values_list("id", "send_to", "receive_from")
     )
     return [(str(pk), send_to, receive_from) for pk, send_to, receive_from in rows]
@@ -105,30 +294,53 @@ def readable_q(
     recipient_field: str = "recipient_id",
     sensitivity_field: str = "sensitivity",
 ) -> Q:
-    """`may_read` as a filter, for tasks (or events, through their field names) that `agent`
-    is a party of, so lists, counts and pages are exact. One small query (the restricted
-    peers). Callers still restrict to the agent's own tasks themselves."""
+    """`READ` as a filter, for tasks (or events, through their field names) that `agent` is a
+    party of, so lists, counts and pages are exact. One small query (the restricted peers).
+    Callers still restrict to the agent's own tasks themselves."""
     if agent is None:
         return Q()
-    me = str(agent.id)
-    ceiling = SENSITIVITY_RANK.get(agent.disclosure_ceiling, 1)
-    allowed_levels = [level for level, rank in SENSITIVITY_RANK.items() if rank <= ceiling]
-    q = Q(**{f"{sensitivity_field}__in": allowed_levels})
-    restricted = _restricted_peers(agent)
-    # Peers whose own lists exclude me: as senders to me, as recipients of mine.
-    senders_refusing = [pk for pk, send_to, _ in restricted if not _allows(send_to, me)]
-    recipients_refusing = [
-        pk for pk, _, receive_from in restricted if not _allows(receive_from, me)
-    ]
+    restricted = {pk: {"send_to": s, "receive_from": r} for pk, s, r in _restricted_peers(agent)}
 
-    as_recipient = Q(**{recipient_field: agent.id})
-    inbound = Q(**{f"{sender_field}__isnull": True}) | Q(**{sender_field: agent.id})
-    inbound_ok = ~Q(**{f"{sender_field}__in": senders_refusing})
-    if not _allows(agent.receive_from, "*"):
-        inbound_ok &= Q(**{f"{sender_field}__in": agent.receive_from or []})
-    as_sender = Q(**{sender_field: agent.id})
-    outbound = Q(**{f"{recipient_field}__isnull": True}) | Q(**{recipient_field: agent.id})
-    outbound_ok = ~Q(**{f"{recipient_field}__in": recipients_refusing})
-    if not _allows(agent.send_to, "*"):
-        outbound_ok &= Q(**{f"{recipient_field}__in": agent.send_to or []})
-    return q & ((as_recipient & (inbound | inbound_ok)) | (as_sender & (outbound | outbound_ok)))
+    def as_party(me: str, peer_field: str) -> Q:
+        """READ where `agent` is the `me` party and the other is the task's `peer_field`."""
+        peer = SENDER if me == RECIPIENT else RECIPIENT
+
+        def leaf(term):
+            if isinstance(term, Admits):  # the reader, known: its ceiling
+                levels = [lv for lv, rank in SENSITIVITY_RANK.items() if within_ceiling(agent, lv)]
+                return Q(**{f"{sensitivity_field}__in": levels})
+            if isinstance(term, Lists):
+                if term.owner == me:  # my list names the peer field's value
+                    allow_list = getattr(agent, term.field)
+                    if allows_anyone(allow_list):
+                        return True
+                    return Q(**{f"{peer_field}__in": allow_list or []})
+                refusing = [
+                    pk for pk, lists in restricted.items() if not _names(lists[term.field], agent)
+                ]
+                return ~Q(**{f"{peer_field}__in": refusing}) if refusing else True
+            if isinstance(term, External):
+                return Q(**{f"{sender_field}__isnull": True}) if peer == SENDER else False
+            if isinstance(term, NoRecipient):
+                return Q(**{f"{recipient_field}__isnull": True}) if peer == RECIPIENT else False
+            if isinstance(term, ToSelf):
+                return Q(**{peer_field: agent.id})
+            raise TypeError(term)
+
+        own = Q(**{(recipient_field if me == RECIPIENT else sender_field): agent.id})
+        return own & _to_q(_fold(READ, leaf))
+
+    return as_party(RECIPIENT, sender_field) | as_party(SENDER, recipient_field)
+
+
+def _to_q(value) -> Q:
+    if value is True:
+        return Q()
+    if value is False:
+        return Q(pk__in=[])
+    if isinstance(value, Q):
+        return value
+    out = _to_q(value.parts[0])
+    for part in value.parts[1:]:
+        out = (out & _to_q(part)) if value.all else (out | _to_q(part))
+    return out

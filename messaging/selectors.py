@@ -12,7 +12,7 @@ from django.db.models import Count, Q, QuerySet
 from agents.selectors import decode_cursor, encode_cursor
 from hikyaku.errors import InvalidRequest, TaskNotFound
 
-from . import policy, states
+from . import lifecycle, policy
 from .models import Task, TaskEvent
 from .parties import Sender, party_roles
 
@@ -174,15 +174,15 @@ def agent_box(
 
 
 def agent_box_counts(*, tenant: Any, agent: Any, box: str) -> dict[str, int]:
-    """How many tasks of the box are in each human state (messaging/states.py), in one query."""
-    counts = {human.name: 0 for human in states.HUMAN_STATES}
+    """How many tasks of the box are in each human state (messaging/lifecycle.py), in one query."""
+    counts = {human.name: 0 for human in lifecycle.PHASES}
     rows = (
         _box(tenant=tenant, agent=agent, box=box)
         .values("state", "awaiting")
         .annotate(n=Count("id"))
     )
     for row in rows.order_by():
-        counts[states.of_task(row["state"], row["awaiting"]).name] += row["n"]
+        counts[lifecycle.phase_of(row["state"], row["awaiting"]).name] += row["n"]
     return counts
 
 

@@ -83,7 +83,7 @@ class ListFilters:
     """The filters and paging of a ListTasks request, validated."""
 
     states: list[str] | None
-    awaiting: str | None  # `unread` / `blocked` (messaging/states.py)
+    awaiting: str | None  # `unread` / `blocked` (messaging/lifecycle.py)
     status_after: datetime | None
     page_size: int
     page_token: str

@@ -54,8 +54,8 @@ from hikyaku.errors import (
     UnsupportedOperation,
 )
 
-from .. import selectors, services, waiting
-from ..models import Task, TaskState
+from .. import lifecycle, selectors, services, waiting
+from ..models import Task
 from ..parties import Sender, party_roles
 from ..stream.a2a import STREAMING_METHODS
 from ..stream.serve import polled_response
@@ -205,10 +205,8 @@ def _follow_up(call: PeerCall, message: dict[str, Any]) -> Task:
         )
     action = (message.get("metadata") or {}).get("action")
     if not action:
-        waits_for_caller = (
-            task.state == TaskState.INPUT_REQUIRED and task.awaiting == Task.Awaiting.SENDER
-        )
-        action = services.Kind.REPLY if waits_for_caller else services.Kind.COMMENT
+        waits_for_caller = lifecycle.phase_of(task.state, task.awaiting) is lifecycle.BLOCKED
+        action = lifecycle.EventKind.REPLY if waits_for_caller else lifecycle.EventKind.COMMENT
     return services.act_on_task(
         sender=call.sender, task_id=str(task.id), action=action, message=message
     )
@@ -229,11 +227,12 @@ def cancel_task(call: PeerCall) -> dict[str, Any]:
 
 
 # In the caller's view an unread task is SUBMITTED and INPUT_REQUIRED means "waiting for you".
+_UNREAD, _BLOCKED = lifecycle.UNREAD, lifecycle.BLOCKED
 _PEER_STATES = {
-    SUBMITTED: (TaskState.INPUT_REQUIRED, Task.Awaiting.RECIPIENT),
-    "submitted": (TaskState.INPUT_REQUIRED, Task.Awaiting.RECIPIENT),
-    "TASK_STATE_INPUT_REQUIRED": (TaskState.INPUT_REQUIRED, Task.Awaiting.SENDER),
-    "input-required": (TaskState.INPUT_REQUIRED, Task.Awaiting.SENDER),
+    SUBMITTED: (_UNREAD.state, _UNREAD.awaiting),
+    "submitted": (_UNREAD.state, _UNREAD.awaiting),
+    "TASK_STATE_INPUT_REQUIRED": (_BLOCKED.state, _BLOCKED.awaiting),
+    "input-required": (_BLOCKED.state, _BLOCKED.awaiting),
 }
 
 

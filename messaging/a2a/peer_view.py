@@ -21,7 +21,8 @@ from a2a.compat.v0_3 import conversions
 from a2a.types import Message
 from google.protobuf.json_format import ParseDict
 
-from ..models import TERMINAL_STATES, Task, TaskEvent, TaskState
+from .. import lifecycle
+from ..models import Task, TaskEvent, TaskState
 from .wire import STATE_V1, Dialect, task_v03, task_v1, update_results
 
 SUBMITTED = "TASK_STATE_SUBMITTED"
@@ -36,7 +37,7 @@ def context_id(task: Task) -> str:
 
 def caller_state(state: str, awaiting: str) -> str:
     """A broker state as the caller sees it (A2A 1.0 name)."""
-    if state == TaskState.INPUT_REQUIRED and awaiting == Awaiting.RECIPIENT:
+    if lifecycle.phase_of(state, awaiting) is lifecycle.UNREAD:
         return SUBMITTED
     return STATE_V1[state]
 
@@ -85,21 +86,14 @@ def render_message(message: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
 
 
 def awaiting_after(row: TaskEvent, before: str) -> str:
-    """Whom the task waits for after an event: only a new task (the agent) and `block` (the
-    caller) lead into INPUT_REQUIRED; a comment changes nothing."""
-    if row.kind == TaskEvent.Kind.CREATED:
-        return Awaiting.RECIPIENT
-    if row.kind == TaskEvent.Kind.BLOCK:
-        return Awaiting.SENDER
-    if row.kind == TaskEvent.Kind.COMMENT:
-        return before
-    return Awaiting.NOBODY
+    """Whom the task waits for after an event (messaging/lifecycle.py)."""
+    return lifecycle.awaiting_after(row.kind, before)
 
 
 def interrupts(row: TaskEvent) -> bool:
-    """Whether an event leaves the task terminal or interrupted (the agent waits for the
-    caller): where an A2A stream ends."""
-    return row.to_state in TERMINAL_STATES or row.kind == TaskEvent.Kind.BLOCK
+    """Whether an event leaves the task final or waiting for the caller: where an A2A
+    stream ends."""
+    return lifecycle.interrupts(row.kind, row.to_state)
 
 
 def caller_updates(row: TaskEvent, task: Task, *, awaiting: str) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from hikyaku.errors import HikyakuError, InvalidRequest
 
-from .. import states as states_vocabulary
+from .. import lifecycle
 from ..models import Task, TaskEvent, TaskState
 
 MAX_MESSAGE_ID_LENGTH = Task._meta.get_field("message_id").max_length
@@ -76,24 +76,22 @@ def parse_states(value: Any) -> list[str]:
 
 def parse_status_filter(value: Any) -> tuple[list[str], str | None]:
     """A status filter: one state or a list, in either dialect's spelling or in the human
-    vocabulary (messaging/states.py). Returns the stored states and, for `unread` or
+    vocabulary (messaging/lifecycle.py). Returns the stored states and, for `unread` or
     `blocked`, whose turn it must be."""
     values = value if isinstance(value, list) else [value]
     states: list[str] = []
     awaiting: set[str | None] = set()
     for item in values:
-        human = (
-            states_vocabulary.BY_NAME.get(item.strip().lower()) if isinstance(item, str) else None
-        )
+        human = lifecycle.BY_NAME.get(item.strip().lower()) if isinstance(item, str) else None
         state = human.state if human else _STATE_NAMES.get(item) if isinstance(item, str) else None
         if state is None:
-            names = ", ".join(states_vocabulary.BY_NAME)
+            names = ", ".join(lifecycle.BY_NAME)
             raise InvalidRequest(
                 f"Unknown task state: {item!r} (use one of {names}, or an A2A state name).",
                 details={"field": "status"},
             )
         states.append(str(state))
-        awaiting.add(human.awaiting if human else None)
+        awaiting.add(human.turn if human else None)
     if awaiting - {None} and len(values) > 1:
         raise InvalidRequest(
             "unread and blocked filter on their own: list other states without them.",

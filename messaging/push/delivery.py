@@ -1,10 +1,10 @@
 """Webhook delivery (docs/PROTOCOL.md §7): fan-out, attempts, retries and the delivery log.
 
 The database is the delivery guarantee, the queue only a wake-up (as for streams):
-1. `schedule` runs inside the transaction that writes the events. It inserts one
-   `WebhookDelivery` row per event and destination (the agents' `webhook_url`s — the same
-   events their SSE streams carry — and the task's push configs) and, after commit, enqueues
-   them. A lost enqueue (Redis down, process killed) only delays a delivery: the beat task
+1. The write that stores an event inserts one `WebhookDelivery` row per event and
+   destination in the same transaction (messaging/push/fanout.py: the agents' `webhook_url`s
+   — the same events their SSE streams carry — and the task's push configs) and, after
+   commit, enqueues them. A lost enqueue (Redis down, process killed) only delays a delivery: the beat task
    `retry_due_webhooks` re-enqueues pending rows whose attempt is overdue.
 2. `attempt` makes one attempt: it claims the row with a lease (so duplicate queue messages
    never POST twice at once), re-checks that the destination may still see the task (current
@@ -20,13 +20,12 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from functools import partial
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -35,7 +34,7 @@ from agents.services import webhook_secret
 from hikyaku import metrics
 
 from .. import policy
-from ..models import PushConfig, Task, TaskEvent, WebhookDelivery
+from ..models import Task, TaskEvent, WebhookDelivery
 from . import http, payloads
 
 log = logging.getLogger(__name__)
@@ -45,174 +44,11 @@ USER_AGENT = "Hikyaku-Webhooks/1.0"
 
 
 # 1. Fan-out ----------------------------------------------------------------------------------
-
-
-def schedule(events: Iterable[TaskEvent]) -> None:
-    """Record the deliveries these new events owe and enqueue them after commit. Call inside
-    the transaction that wrote the events, with `event.task` holding its Task and the task's
-    `sender`/`recipient` loaded. Costs no query unless a party has a webhook or the task has
-    push configs (`Task.push_configured`); then one query for the configs and one INSERT."""
-    rows: list[WebhookDelivery] = []
-    now = timezone.now()
-    for event in events:
-        task: Task = event.task
-        for agent in _subscribed_agents(task, event):
-            rows.append(_row(event, task, now, target=WebhookDelivery.Target.AGENT, agent=agent))
-        if event.kind != TaskEvent.Kind.CREATED and task.push_configured:
-            for config in PushConfig.objects.filter(task_id=task.id):
-                rows.append(
-                    _row(event, task, now, target=WebhookDelivery.Target.PUSH_CONFIG, config=config)
-                )
-    if not rows:
-        return
-    created = WebhookDelivery.objects.bulk_create(rows)
-    transaction.on_commit(partial(enqueue, [row.id for row in created]))
-
-
-def new_task_delivery_sql(tenant_id, *, source: str) -> tuple[str, list]:
-    """Postgres, for sends stored in one statement (a unicast, a broadcast): the body of a
-    data-modifying CTE inserting the webhook deliveries of new tasks' `created` events.
-    `source` is a FROM item yielding one row per delivery — recipients with a webhook,
-    already checked active — with the columns `event_id`, `task_id`, `agent_id` and `url`.
-    Callers enqueue the returned delivery ids with `enqueue_after_commit`."""
-    now = timezone.now()
-    meta = WebhookDelivery._meta
-    quote = connection.ops.quote_name
-
-    def prep(field: str, value) -> object:
-        return meta.get_field(field).get_db_prep_save(value, connection)
-
-    columns = ", ".join(
-        quote(meta.get_field(f).column)
-        for f in (
-            "tenant", "event_id", "task_id", "target", "agent", "url", "attempts", "last_error",
-            "next_attempt_at", "outcome", "created_at", "updated_at",
-        )
-    )  # fmt: skip
-    sql = (
-        f"INSERT INTO {quote(meta.db_table)} ({columns})"
-        f" SELECT %s, event_id, task_id, %s, agent_id, url, 0, '', %s, %s, %s, %s FROM {source}"
-    )
-    params = [
-        prep("tenant", tenant_id),
-        WebhookDelivery.Target.AGENT.value,
-        prep("next_attempt_at", now),
-        Outcome.PENDING.value,
-        prep("created_at", now),
-        prep("updated_at", now),
-    ]
-    return sql, params
-
-
-def transition_delivery_sql(task: Task, *, event: str) -> tuple[str, list] | None:
-    """Postgres, for transitions stored in one statement: the body of a data-modifying CTE
-    inserting this event's deliveries — the parties' agent webhooks (as loaded on `task`,
-    the same choice as `schedule`) and, when `task.push_configured`, the task's push configs
-    — or None when there is nothing to deliver (the statement then stays as it was). `event`
-    must yield the new event's `id`. The caller's compare-and-set must also require the
-    `push_configured` it read, so a config attached meanwhile makes it read again."""
-    now = timezone.now()
-    meta = WebhookDelivery._meta
-    quote = connection.ops.quote_name
-    agents = [
-        agent
-        for agent in (task.sender, task.recipient)
-        if agent is not None and agent.webhook_url and agent.status == Agent.Status.ACTIVE
-    ]
-    if not agents and not task.push_configured:
-        return None
-
-    def prep(field: str, value) -> object:
-        return meta.get_field(field).get_db_prep_save(value, connection)
-
-    columns = ", ".join(
-        quote(meta.get_field(f).column)
-        for f in (
-            "tenant", "event_id", "task_id", "target", "agent", "push_config", "url", "attempts",
-            "last_error", "next_attempt_at", "outcome", "created_at", "updated_at",
-        )
-    )  # fmt: skip
-    common = [prep("next_attempt_at", now), Outcome.PENDING.value, prep("created_at", now)]
-    common.append(prep("updated_at", now))
-    selects: list[str] = []
-    params: list = []
-    for agent in {agent.pk: agent for agent in agents}.values():
-        selects.append(
-            f"SELECT %s, {event}.id, %s, %s, %s, NULL::bigint, %s, 0, '', %s, %s, %s, %s"
-            f" FROM {event}"
-        )
-        params += [
-            prep("tenant", task.tenant_id),
-            prep("task_id", task.id),
-            WebhookDelivery.Target.AGENT.value,
-            prep("agent", agent.pk),
-            agent.webhook_url,
-            *common,
-        ]
-    if task.push_configured:
-        selects.append(
-            f"SELECT %s, {event}.id, %s, %s, NULL::uuid, pc.id, pc.url, 0, '', %s, %s, %s, %s"
-            f" FROM {event}, {quote(PushConfig._meta.db_table)} pc WHERE pc.task_id = %s"
-        )
-        params += [
-            prep("tenant", task.tenant_id),
-            prep("task_id", task.id),
-            WebhookDelivery.Target.PUSH_CONFIG.value,
-            *common,
-            PushConfig._meta.get_field("task").get_db_prep_value(task.id, connection),
-        ]
-    # Typed NULLs: a UNION of untyped NULLs would resolve them to text.
-    sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) " + " UNION ALL ".join(selects)
-    return sql, params
+# The rows are written by the stores, in the write's own transaction (messaging/push/fanout.py).
 
 
 def enqueue_after_commit(delivery_ids: list[int]) -> None:
     transaction.on_commit(partial(enqueue, delivery_ids))
-
-
-def _subscribed_agents(task: Task, event: TaskEvent) -> list[Agent]:
-    """The parties whose stream carries this event (docs/ARCHITECTURE.md: `message` for the
-    recipient of a new task, `task-update` for both parties afterwards) and have a webhook."""
-    parties = (
-        [task.recipient]
-        if event.kind == TaskEvent.Kind.CREATED
-        else [
-            task.sender,
-            task.recipient,
-        ]
-    )
-    seen: set = set()
-    subscribed = []
-    for agent in parties:
-        if agent is None or agent.pk in seen or not agent.webhook_url:
-            continue
-        seen.add(agent.pk)
-        if agent.status == Agent.Status.ACTIVE:
-            subscribed.append(agent)
-    return subscribed
-
-
-def _row(
-    event: TaskEvent,
-    task: Task,
-    now,
-    *,
-    target: str,
-    agent: Agent | None = None,
-    config: PushConfig | None = None,
-) -> WebhookDelivery:
-    return WebhookDelivery(
-        tenant_id=task.tenant_id,
-        event_id=event.id,
-        task_id=task.id,
-        target=target,
-        agent=agent,
-        push_config=config,
-        url=agent.webhook_url if agent else config.url,
-        next_attempt_at=now,
-        created_at=now,
-        updated_at=now,
-    )
 
 
 # 2. One attempt ------------------------------------------------------------------------------

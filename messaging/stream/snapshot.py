@@ -5,7 +5,7 @@ moment — after accept → block → reply → complete, the `block` event show
 the task waiting for its sender, not the final answer. The event rows hold enough to derive
 that moment from the current row: every event after `created` except `cancel` appended
 exactly one follow-up to `history` (services.act_on_task), a `complete` with parts appended
-one `result` artifact, the lifecycle table (services.TRANSITIONS) says whose turn each
+one `result` artifact, the lifecycle table (messaging/lifecycle.py) says whose turn each
 action leaves it and whether its message became the status message, and a state change's
 event carries its time. A task's events commit in id order (each takes the parties' row
 locks), so the events up to an event that a reader sees never change afterwards.
@@ -21,13 +21,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from .. import lifecycle
 from ..models import Task, TaskEvent
-from ..services import TRANSITIONS
-
-Kind = TaskEvent.Kind
-# Events that append nothing to the history: the task's creation (its first entry) and a
-# cancel (CancelTask carries no message).
-_NO_FOLLOW_UP = frozenset({Kind.CREATED, Kind.CANCEL})
 
 
 class Step(NamedTuple):
@@ -66,17 +61,19 @@ def as_of(task: Task, steps: list[Step]) -> Task:
     `created` on. The result is a copy; `task` is unchanged."""
     last = steps[-1]
     then = copy.copy(task)
-    awaiting = Task.Awaiting.RECIPIENT  # every delivery is created unread
+    awaiting = lifecycle.CREATED_PHASE.awaiting
     status_at = steps[0].at
     follow_ups = results = 0
     for event in steps:
-        if event.kind not in _NO_FOLLOW_UP:
+        transition = lifecycle.TRANSITIONS.get(event.kind)
+        if transition is None:  # the creation
+            continue
+        if transition.carries_message:
             follow_ups += 1
-        if event.kind == Kind.COMPLETE and event.result:
+        if transition.parts_become == "artifact" and event.result:
             results += 1
-        transition = TRANSITIONS.get(event.kind)
-        if event.kind == Kind.CANCEL or (transition is not None and transition.target):
-            awaiting = transition.awaiting_target if transition else Task.Awaiting.NOBODY
+        if transition.target is not None:
+            awaiting = transition.target.awaiting
             status_at = event.at
     then.history = task.history[: 1 + follow_ups]
     kept = 0
@@ -89,7 +86,7 @@ def as_of(task: Task, steps: list[Step]) -> Task:
         artifacts.append(artifact)
     then.artifacts = artifacts
     metadata = {k: v for k, v in task.metadata.items() if k != "statusMessage"}
-    transition = TRANSITIONS.get(last.kind)
+    transition = lifecycle.TRANSITIONS.get(last.kind)
     if transition is not None and transition.parts_become == "status" and follow_ups:
         metadata["statusMessage"] = then.history[-1]
     then.metadata = metadata

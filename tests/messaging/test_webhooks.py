@@ -531,14 +531,10 @@ def test_a_transition_notifies_agent_webhooks_and_push_configs_together(tenant, 
 
 @pytest.mark.django_db
 def test_a_push_config_attached_during_a_transition_is_not_missed(agent, peer, monkeypatch):
-    """Postgres decides a transition from an unlocked read: a config attached between the
-    read and the compare-and-set makes the compare-and-set fail and read again."""
-    from django.db import connection
-
+    """A transition is decided from an unlocked read: a config attached between the read and
+    the compare-and-set makes the compare-and-set fail and read again."""
     from messaging import services
 
-    if connection.vendor != "postgresql":
-        pytest.skip("the unlocked-read path is Postgres only")
     task = send(agent, peer.id)
     real_read = services._read_party_task
     calls = []
@@ -555,8 +551,6 @@ def test_a_push_config_attached_during_a_transition_is_not_missed(agent, peer, m
         return read
 
     monkeypatch.setattr(services, "_read_party_task", read_then_attach)
-    # (complete: ack and accept read nothing first when no webhook wants them, and their
-    # one statement requires no push config in the same compare-and-set.)
     act(peer, task["id"], "complete")
     assert len(calls) == 2
     (row,) = WebhookDelivery.objects.all()

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 
-from messaging import states
+from messaging import lifecycle
 
 from ..files import part_digest
 
@@ -139,8 +139,8 @@ def results(task: Any) -> list[dict]:
 
 @register.filter
 def state_label(task: Any) -> str:
-    """A task's state in the human vocabulary (messaging/states.py): "Unread", "Blocked"…"""
-    return states.of_task(task.state, task.awaiting).label
+    """A task's state in the human vocabulary (messaging/lifecycle.py): "Unread", "Blocked"…"""
+    return lifecycle.phase_of(task.state, task.awaiting).label
 
 
 @register.filter
@@ -149,7 +149,7 @@ def timeline(events: list[Any]) -> list[tuple[Any, Any, Any]]:
     an INPUT_REQUIRED was follows from the verbs before it."""
     rows, before = [], None
     for event in events:
-        after = states.after_event(event.kind, event.to_state, before)
+        after = lifecycle.after_event(event.kind, event.to_state, before)
         rows.append((event, before, after))
         before = after
     return rows
@@ -158,4 +158,4 @@ def timeline(events: list[Any]) -> list[tuple[Any, Any, Any]]:
 @register.filter
 def state_css(task: Any) -> str:
     """The badge class: the human state's name."""
-    return states.of_task(task.state, task.awaiting).name
+    return lifecycle.phase_of(task.state, task.awaiting).name

@@ -13,8 +13,8 @@ from django.urls import NoReverseMatch, reverse
 from agents import selectors as agent_selectors
 from agents.models import Agent
 from hikyaku.errors import HikyakuError
+from messaging import lifecycle
 from messaging import selectors as messaging_selectors
-from messaging import states
 from messaging.models import Task, TaskState
 from messaging.parties import Sender
 from messaging.services import send_message
@@ -37,11 +37,11 @@ def live_events_url(ctx: TenantContext, agent: Agent) -> str:
 
 def _box_view(request: HttpRequest, ctx: TenantContext, agent_id: Any, box: str) -> HttpResponse:
     agent = agent_selectors.agent_in_tenant(tenant=ctx.tenant, agent_id=agent_id)
-    # The human vocabulary (messaging/states.py); a stored name filters too (input_required:
+    # The human vocabulary (messaging/lifecycle.py); a stored name filters too (input_required:
     # unread and blocked together, no tab of its own).
     state = request.GET.get("state", "")
-    human = states.BY_NAME.get(state)
-    stored, awaiting = (human.state, human.awaiting) if human else ("", None)
+    human = lifecycle.BY_NAME.get(state)
+    stored, awaiting = (human.state, human.turn) if human else ("", None)
     if human is None and state in TaskState.values:
         stored = state
     elif human is None:
@@ -87,7 +87,7 @@ def _box_view(request: HttpRequest, ctx: TenantContext, agent_id: Any, box: str)
         return render_page(request, "webui/_task_list.html", context, ctx=ctx)
     context.update(
         total=sum(counts.values()),
-        filters=[(h.name, h.label, counts[h.name]) for h in states.HUMAN_STATES],
+        filters=[(h.name, h.label, counts[h.name]) for h in lifecycle.PHASES],
         live_url=live_events_url(ctx, agent),
     )
     return render_page(request, "webui/agent_box.html", context, ctx=ctx)

@@ -1,0 +1,115 @@
+"""The store contract, and what every store shares: reading a task for a transition."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from django.db import connection
+
+from agents.models import Agent
+from hikyaku import rows
+
+from ..models import Task, TaskEvent
+
+TASK_FIELDS = tuple(f.name for f in Task._meta.concrete_fields)
+# What a transition needs of each party: its policy, and the webhook it may be owed. In the
+# model's field order, which hikyaku.rows.build relies on.
+PARTY_FIELDS = ("name", "status", "webhook_url", "send_to", "receive_from", "disclosure_ceiling")
+# The columns a transition changes (the compare-and-set's SET).
+CHANGED = ("state", "awaiting", "history", "artifacts", "metadata", "status_at", "updated_at")
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a compare-and-set requires of the task row: unchanged since it was read."""
+
+    state: str
+    awaiting: str
+    updated_at: datetime
+    push_configured: bool
+
+    @classmethod
+    def of(cls, task: Task) -> Expected:
+        return cls(task.state, task.awaiting, task.updated_at, task.push_configured)
+
+
+@dataclass
+class Broadcast:
+    """What a broadcast writes, before its recipients are chosen: the sender's summary (its
+    counts and delivery ids are the store's to fill in), and the delivery every recipient gets
+    (its id, recipient, context, message artifact id and `metadata.toAgentId` are each
+    recipient's own)."""
+
+    summary: Task
+    delivery: Task
+    summary_event: TaskEvent
+    delivery_event: TaskEvent
+
+
+@dataclass(frozen=True)
+class BroadcastResult:
+    summary: Task
+    recipient_ids: list[uuid.UUID]
+    last_event_id: int  # the summary's event: written last
+
+
+class Store(Protocol):
+    """Writes a decision. Every method takes the rows the services built (unsaved model
+    instances) and the sender's Agent (None for an external caller), and
+    - writes all of it or nothing;
+    - sets the ids the database assigns on the instances it was given;
+    - records the webhook deliveries the events owe (messaging/push/fanout.py) and enqueues
+      them after commit;
+    - holds the row locks of the agents whose events it writes, in id order, while it
+      writes them (docs/ARCHITECTURE.md, "Ordering guarantee");
+    - raises IntegrityError when a messageId was used before (the caller replays)."""
+
+    def insert_unicast(self, task: Task, event: TaskEvent, *, sender: Agent | None) -> bool:
+        """Insert a new delivery and its `created` event if its recipient is an active agent
+        of the task's tenant that the delivery policy (`policy.DELIVER`) lets the sender
+        reach; False, writing nothing, otherwise."""
+
+    def insert_broadcast(self, broadcast: Broadcast, *, sender: Agent | None) -> BroadcastResult:
+        """One delivery for every other active agent of the tenant that the policy lets the
+        sender reach (in id order), their events, then the summary and its event (last)."""
+
+    def compare_and_set(self, task: Task, expected: Expected, event: TaskEvent) -> bool:
+        """Write `task`'s CHANGED columns and insert `event` if the row still is as
+        `expected`; False, writing nothing, when another change came first."""
+
+
+def read_for_transition(*, tenant_id: Any, task_id: uuid.UUID) -> Task | None:
+    """A task that is not a broadcast summary, with the rows of its parties (PARTY_FIELDS)
+    loaded on `sender` and `recipient`, in one unlocked read."""
+    fields = ("id", *PARTY_FIELDS)
+    party_columns = ", ".join(f"{alias}.{col}" for alias in ("s", "r") for col in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {rows.select_list(Task, TASK_FIELDS)}, {party_columns}"
+            " FROM messaging_task LEFT JOIN agents_agent s ON s.id = messaging_task.sender_id"
+            " JOIN agents_agent r ON r.id = messaging_task.recipient_id"
+            " WHERE messaging_task.id = %s AND messaging_task.tenant_id = %s"
+            " AND messaging_task.type <> %s",
+            [
+                rows.prep(Task, "id", task_id),
+                rows.prep(Task, "tenant", tenant_id),
+                Task.Type.BROADCAST_SUMMARY,
+            ],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    n, width = len(TASK_FIELDS), len(fields)
+    task = rows.build(Task, TASK_FIELDS, row[:n])
+    sender, recipient = row[n : n + width], row[n + width :]
+    task.sender = rows.build(Agent, fields, sender) if task.sender_id is not None else None
+    task.recipient = rows.build(Agent, fields, recipient)
+    return task
+
+
+def party_ids(task: Task) -> list[uuid.UUID]:
+    """The agents whose events a write of `task` produces, in lock order."""
+    return sorted({i for i in (task.sender_id, task.recipient_id) if i is not None})

@@ -1,0 +1,268 @@
+"""The store on Postgres: every write is one autocommit statement (data-modifying CTEs).
+
+A send or a transition is a single round trip without BEGIN/COMMIT, its dominant cost
+(docs/ARCHITECTURE.md, "Write paths and what they cost"). The statements' conditions come
+from the policy (`policy.sql`) and the fan-out (`push.fanout`); a send's rows are built by
+Postgres from the message, encoded once. What they store is what PortableStore stores
+(tests/messaging/test_store_contract.py runs both here).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+from django.db import connection, transaction
+from psycopg.types.json import Jsonb
+
+from agents.models import Agent
+from hikyaku import rows
+
+from .. import policy
+from ..models import Task, TaskEvent
+from ..push import delivery, fanout
+from .base import CHANGED, TASK_FIELDS, Broadcast, BroadcastResult, Expected, party_ids
+
+_TASK_COLUMNS = (
+    "id, tenant_id, sender_id, caller_id, recipient_id, context_id, type, state, awaiting,"
+    " broadcast_id, parent_id, thread_root_id, depth, message, history, artifacts, metadata,"
+    " sensitivity, search_text, push_configured, message_id, content_hash, created_at,"
+    " updated_at, status_at"
+)
+_EVENT_COLUMNS = (
+    "tenant_id, task_id, sender_agent_id, recipient_agent_id, actor_id, actor_label, kind,"
+    " from_state, to_state, payload, created_at"
+)
+_ACTIVE = Agent.Status.ACTIVE.value
+
+
+def _one_statement(sql: str, params: list) -> tuple | None:
+    """Run a single-statement write and return its one row, if any. Inside a caller's
+    transaction a savepoint keeps that transaction usable when the statement fails (a
+    replayed messageId hitting the unique constraint); at the top of a request the statement
+    stands alone, in autocommit."""
+    guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
+    with guard, connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+class PostgresStore:
+    def insert_unicast(self, task: Task, event: TaskEvent, *, sender: Agent | None) -> bool:
+        """The recipient is locked and checked, the task and its event inserted. The message
+        is encoded once: Postgres builds `history` and the message artifact from it."""
+        reach, reach_params = policy.sql(
+            policy.DELIVER, sender=sender, recipient=policy.Row("d"), sensitivity=task.sensitivity
+        )
+        webhook_sql, webhook_params = fanout.for_new_tasks(
+            task.tenant_id,
+            source="(SELECT ev.id AS event_id, ins.id AS task_id, dest.id AS agent_id,"
+            f" dest.webhook_url AS url FROM dest, ins, ev WHERE {fanout.subscribes_sql('dest')})"
+            " AS new",
+        )
+        (artifact,) = task.artifacts
+        sql = (
+            "WITH v AS (SELECT %s::jsonb AS m, %s::timestamptz AS now),"
+            " dest AS (SELECT d.id, d.webhook_url, d.status FROM agents_agent d"
+            f" WHERE d.id = %s AND d.tenant_id = %s AND d.status = %s AND {reach}"
+            " FOR NO KEY UPDATE),"
+            f" ins AS (INSERT INTO messaging_task ({_TASK_COLUMNS})"
+            " SELECT %s, %s, %s, %s, dest.id, %s, %s, %s, %s, NULL, %s, %s, %s, v.m,"
+            " jsonb_build_array(v.m), jsonb_build_array(jsonb_build_object('artifactId',"
+            " %s::text, 'name', %s::text, 'parts', v.m->'parts')), %s, %s, %s, false, %s, %s,"
+            " v.now, v.now, v.now FROM dest, v"
+            " RETURNING id, tenant_id, sender_id, recipient_id, created_at),"
+            f" ev AS (INSERT INTO messaging_taskevent ({_EVENT_COLUMNS})"
+            " SELECT tenant_id, id, sender_id, recipient_id, sender_id, %s, %s, %s, %s, %s,"
+            " created_at FROM ins RETURNING id),"
+            f" dl AS ({webhook_sql} RETURNING id)"
+            " SELECT ev.id, (SELECT id FROM dl) FROM ev"
+        )
+        params = [
+            Jsonb(task.message),
+            task.created_at,
+            task.recipient_id,
+            task.tenant_id,
+            _ACTIVE,
+            *reach_params,
+            task.id,
+            task.tenant_id,
+            task.sender_id,
+            task.caller_id,
+            task.context_id,
+            task.type,
+            task.state,
+            task.awaiting,
+            task.parent_id,
+            task.thread_root_id,
+            task.depth,
+            artifact["artifactId"],
+            artifact["name"],
+            Jsonb(task.metadata),
+            task.sensitivity,
+            task.search_text,
+            task.message_id,
+            task.content_hash,
+            event.actor_label,
+            event.kind,
+            event.from_state,
+            event.to_state,
+            Jsonb(event.payload),
+            *webhook_params,
+        ]
+        row = _one_statement(sql, params)
+        if row is None:
+            return False
+        event.pk = row[0]
+        if row[1] is not None:
+            delivery.enqueue_after_commit([row[1]])
+        return True
+
+    def insert_broadcast(self, broadcast: Broadcast, *, sender: Agent | None) -> BroadcastResult:
+        """Recipients chosen and locked in id order, their tasks, the summary, every event
+        and the webhook deliveries, with Postgres building the per-recipient rows, so the
+        cost in Python does not grow with the tenant."""
+        template, summary = broadcast.delivery, broadcast.summary
+        reach, reach_params = policy.sql(
+            policy.DELIVER,
+            sender=sender,
+            recipient=policy.Row("d"),
+            sensitivity=template.sensitivity,
+        )
+        others, others_params = ("d.id <> %s", [sender.pk]) if sender else ("TRUE", [])
+        webhook_sql, webhook_params = fanout.for_new_tasks(
+            summary.tenant_id,
+            source="(SELECT ev.id AS event_id, ev.task_id, r.id AS agent_id,"
+            " r.webhook_url AS url FROM ev JOIN r ON r.id = ev.recipient_agent_id"
+            f" WHERE {fanout.subscribes_sql('r')}) AS new",
+        )
+        delivery_event, summary_event = broadcast.delivery_event, broadcast.summary_event
+        (summary_artifact,) = summary.artifacts
+        sql = (
+            "WITH v AS (SELECT %s::jsonb AS m, %s::timestamptz AS now, %s::uuid AS bid,"
+            " %s::uuid AS tenant, %s::uuid AS sender, %s::text AS caller,"
+            " %s::text AS sensitivity, %s::text AS search, %s::text AS label),"
+            " r AS (SELECT d.id, d.webhook_url, d.status FROM agents_agent d"
+            f" WHERE d.tenant_id = %s AND d.status = %s AND {others} AND {reach}"
+            " ORDER BY d.id FOR NO KEY UPDATE),"
+            f" ins AS (INSERT INTO messaging_task ({_TASK_COLUMNS})"
+            " SELECT gen_random_uuid(), v.tenant, v.sender, v.caller, r.id, r.id::text,"
+            " %s, %s, %s, v.bid, NULL, NULL, 0, v.m,"
+            " jsonb_build_array(v.m), jsonb_build_array(jsonb_build_object('artifactId',"
+            " 'message-' || left(replace(gen_random_uuid()::text, '-', ''), 12),"
+            " 'name', 'message', 'parts', v.m->'parts')),"
+            " %s::jsonb || jsonb_build_object('toAgentId', r.id::text), v.sensitivity, v.search,"
+            " false, NULL, '', v.now, v.now, v.now FROM r, v ORDER BY r.id"
+            " RETURNING id, tenant_id, sender_id, recipient_id, created_at),"
+            f" ev AS (INSERT INTO messaging_taskevent ({_EVENT_COLUMNS})"
+            " SELECT ins.tenant_id, ins.id, ins.sender_id, ins.recipient_id, ins.sender_id,"
+            " v.label, %s, %s, %s, %s, ins.created_at FROM ins, v"
+            " ORDER BY ins.recipient_id RETURNING id, task_id, recipient_agent_id),"
+            " n AS (SELECT count(*) AS count,"
+            " coalesce(jsonb_agg(id::text ORDER BY recipient_id), '[]') AS ids FROM ins),"
+            f" summary AS (INSERT INTO messaging_task ({_TASK_COLUMNS})"
+            " SELECT %s, v.tenant, v.sender, v.caller, NULL, %s, %s, %s, %s, v.bid, NULL, NULL,"
+            " 0, v.m, jsonb_build_array(v.m),"
+            " jsonb_build_array(jsonb_build_object('artifactId', %s::text, 'name', %s::text,"
+            " 'parts', jsonb_build_array(jsonb_build_object('data', jsonb_build_object("
+            " 'recipientCount', n.count, 'deliveryTaskIds', n.ids))))),"
+            " %s::jsonb || jsonb_build_object('recipientCount', n.count), v.sensitivity,"
+            " v.search, false, %s, %s, v.now, v.now, v.now FROM v, n"
+            f" RETURNING {rows.select_list(Task, TASK_FIELDS)}),"
+            # After every delivery event (it reads ev), so the summary's event comes last.
+            f" sev AS (INSERT INTO messaging_taskevent ({_EVENT_COLUMNS})"
+            " SELECT summary.tenant_id, summary.id, summary.sender_id, NULL, summary.sender_id,"
+            " v.label, %s, %s, %s, %s, summary.created_at FROM summary, v"
+            " WHERE (SELECT count(*) FROM ev) >= 0 RETURNING id),"
+            f" dl AS ({webhook_sql} RETURNING id)"
+            " SELECT summary.*, (SELECT max(id) FROM sev),"
+            " (SELECT array_agg(recipient_agent_id) FROM ev), (SELECT array_agg(id) FROM dl)"
+            " FROM summary"
+        )
+        params = [
+            Jsonb(template.message),
+            template.created_at,
+            template.broadcast_id,
+            template.tenant_id,
+            template.sender_id,
+            template.caller_id,
+            template.sensitivity,
+            template.search_text,
+            delivery_event.actor_label,
+            template.tenant_id,
+            _ACTIVE,
+            *others_params,
+            *reach_params,
+            template.type,
+            template.state,
+            template.awaiting,
+            Jsonb(template.metadata),
+            delivery_event.kind,
+            delivery_event.from_state,
+            delivery_event.to_state,
+            Jsonb(delivery_event.payload),
+            summary.id,
+            summary.context_id,
+            summary.type,
+            summary.state,
+            summary.awaiting,
+            summary_artifact["artifactId"],
+            summary_artifact["name"],
+            Jsonb(summary.metadata),
+            summary.message_id,
+            summary.content_hash,
+            summary_event.kind,
+            summary_event.from_state,
+            summary_event.to_state,
+            Jsonb(summary_event.payload),
+            *webhook_params,
+        ]
+        row = _one_statement(sql, params)
+        n = len(TASK_FIELDS)
+        stored = rows.build(Task, TASK_FIELDS, row[:n])
+        last_event, recipients, deliveries = row[n:]
+        if deliveries:
+            delivery.enqueue_after_commit(list(deliveries))
+        return BroadcastResult(
+            summary=stored, recipient_ids=list(recipients or []), last_event_id=last_event
+        )
+
+    def compare_and_set(self, task: Task, expected: Expected, event: TaskEvent) -> bool:
+        """Lock the parties (id order), update the task if unchanged since it was read,
+        insert the event and its deliveries."""
+        ids = party_ids(task)
+        fields = [Task._meta.get_field(name) for name in CHANGED]
+        assignments = ", ".join(f"{f.column} = %s" for f in fields)
+        event_sql, event_params = rows.insert_select(event, source="upd")
+        owed = fanout.for_event(task, event.kind, event="ev")
+        webhook_sql, webhook_params = owed or ("", [])
+        sql = (
+            "WITH lk AS (SELECT id FROM agents_agent WHERE id IN ("
+            + ", ".join(["%s"] * len(ids))
+            + ") ORDER BY id FOR NO KEY UPDATE),"
+            f" upd AS (UPDATE messaging_task SET {assignments}"
+            " WHERE id = %s AND state = %s AND awaiting = %s AND updated_at = %s"
+            " AND push_configured = %s AND (SELECT count(*) FROM lk) > 0 RETURNING id),"
+            f" ev AS ({event_sql} RETURNING id)"
+            + (f", dl AS ({webhook_sql} RETURNING id)" if owed else "")
+            + " SELECT id, "
+            + ("(SELECT array_agg(id) FROM dl)" if owed else "NULL")
+            + " FROM ev"
+        )
+        params = [
+            *ids,
+            *[f.get_db_prep_save(getattr(task, f.attname), connection) for f in fields],
+            task.pk,
+            expected.state,
+            expected.awaiting,
+            expected.updated_at,
+            expected.push_configured,
+            *event_params,
+            *webhook_params,
+        ]
+        row = _one_statement(sql, params)
+        if row is None:
+            return False
+        event.pk = row[0]
+        if row[1]:
+            delivery.enqueue_after_commit(list(row[1]))
+        return True
