@@ -241,20 +241,17 @@ def apply(
     payload: dict[str, Any] = {}
     if transition.carries_message:
         message = message or {}
-        parts = message.get("parts") or []
-        acting_as_recipient = transition.by == _RECIPIENT or set(roles) == {Role.RECIPIENT}
         follow_up = {
-            **message,
-            "taskId": str(task.id),
+            **follow_up_of(transition, roles, message, task_id=task.id),
             "contextId": task.context_id,
-            "role": "ROLE_AGENT" if acting_as_recipient else "ROLE_USER",
         }
         history.append(follow_up)
-        if transition.parts_become == "artifact" and parts:
-            artifacts.append(artifact("result", parts))
+        result = result_of(transition, message)
+        if result is not None:
+            artifacts.append(result)
         if transition.parts_become == "status":
             metadata["statusMessage"] = follow_up
-        payload = _present({"messageId": message.get("messageId"), "parts": parts})
+        payload = payload_of(message)
     target = transition.target
     return Change(
         state=target.state if target else task.state,
@@ -267,6 +264,30 @@ def apply(
         from_state=task.state,
         payload=payload,
     )
+
+
+def follow_up_of(
+    transition: Transition, roles: set[str], message: dict[str, Any], *, task_id: Any
+) -> dict[str, Any]:
+    """The action's message as its history entry (and status message), but for the
+    `contextId`, which is the task's: the recipient speaks as the agent, the sender as the
+    user."""
+    acting_as_recipient = transition.by == _RECIPIENT or set(roles) == {Role.RECIPIENT}
+    role = "ROLE_AGENT" if acting_as_recipient else "ROLE_USER"
+    return {**message, "taskId": str(task_id), "role": role}
+
+
+def result_of(transition: Transition, message: dict[str, Any]) -> dict[str, Any] | None:
+    """The result artifact the action adds, if any."""
+    parts = message.get("parts") or []
+    return artifact("result", parts) if transition.parts_become == "artifact" and parts else None
+
+
+def payload_of(message: dict[str, Any] | None) -> dict[str, Any]:
+    """What the action's event row keeps of its message."""
+    if message is None:
+        return {}
+    return _present({"messageId": message.get("messageId"), "parts": message.get("parts") or []})
 
 
 def artifact(name: str, parts: list[dict[str, Any]]) -> dict[str, Any]:

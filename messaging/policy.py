@@ -185,21 +185,43 @@ def allows_anyone(allow_list: list[str] | None) -> bool:
 
 @dataclass(frozen=True)
 class Row:
-    """A party that is an agents_agent row of the statement, under `alias`."""
+    """A party that is an agents_agent row of the statement, under `alias`; `key` is the
+    column holding its id where the row may be missing (a LEFT JOIN: an external sender)."""
 
     alias: str
+    key: str = ""
+
+    @property
+    def id(self) -> str:
+        return self.key or f"{self.alias}.id"
 
 
-def sql(rule, *, sender: Any, recipient: Any, sensitivity: str) -> tuple[str, list]:
+@dataclass(frozen=True)
+class Column:
+    """The message's sensitivity as a column of the statement."""
+
+    name: str
+
+
+def sql(
+    rule, *, sender: Any, recipient: Any, sensitivity: str | Column, reader: Any = None
+) -> tuple[str, list]:
     """`rule` as a condition for this connection's database (Postgres or SQLite): each party
     is a `Row` of the statement or known (an Agent, or None as in `holds`); the sensitivity
-    is the message's. Returns ("TRUE"/"FALSE" or a condition, params)."""
-    parties = {SENDER: sender, RECIPIENT: recipient}
+    is the message's, or a `Column`. Returns ("TRUE"/"FALSE" or a condition, params)."""
+    parties = {SENDER: sender, RECIPIENT: recipient, READER: reader}
     postgres = connection.vendor == "postgresql"
 
     def leaf(term):
         if isinstance(term, Admits):
             party = parties[term.party]
+            if isinstance(sensitivity, Column):
+                if isinstance(party, Row):
+                    raise NotImplementedError("a ceiling against a column is not rendered")
+                if party is None:
+                    return True
+                levels = [level for level in SENSITIVITY_RANK if within_ceiling(party, level)]
+                return (f"{sensitivity.name} IN ({_marks(levels)})", levels)
             if not isinstance(party, Row):
                 return party is None or _rank(sensitivity) <= _rank(party.disclosure_ceiling)
             levels = [
@@ -227,18 +249,28 @@ def sql(rule, *, sender: Any, recipient: Any, sensitivity: str) -> tuple[str, li
                 [_id(member)],
             )
         if isinstance(term, External):
-            if isinstance(sender, Row):
-                return False  # a row of agents_agent is an agent
-            return sender is None
-        if isinstance(term, ToSelf):
-            if isinstance(sender, Row) or isinstance(recipient, Row):
-                raise NotImplementedError("ToSelf on a row is not rendered")
-            return sender is not None and recipient is not None and _id(sender) == _id(recipient)
+            return _absent(sender)
         if isinstance(term, NoRecipient):
-            return recipient is None
+            return _absent(recipient)
+        if isinstance(term, ToSelf):
+            rows_of = [p for p in (sender, recipient) if isinstance(p, Row)]
+            if len(rows_of) == 2:
+                raise NotImplementedError("ToSelf between two rows is not rendered")
+            if rows_of:
+                known = recipient if rows_of[0] is sender else sender
+                if known is None:
+                    return False
+                return (f"{rows_of[0].id} = %s", [_prep_id(_id(known))])
+            return sender is not None and recipient is not None and _id(sender) == _id(recipient)
         raise TypeError(term)
 
     return _to_sql(_fold(rule, leaf))
+
+
+def _absent(party: Any):
+    if isinstance(party, Row):
+        return f"{party.key} IS NULL" if party.key else False
+    return party is None
 
 
 def _member_of(member: Row, allow_list: list[str] | None):
@@ -248,7 +280,7 @@ def _member_of(member: Row, allow_list: list[str] | None):
     ids = [value for value in ids if value is not None]
     if not ids:
         return False
-    return (f"{member.alias}.id IN ({_marks(ids)})", ids)
+    return (f"{member.id} IN ({_marks(ids)})", ids)
 
 
 def _prep_id(value: str) -> Any:
@@ -265,6 +297,8 @@ def _marks(values: list) -> str:
 def _to_sql(value) -> tuple[str, list]:
     if isinstance(value, bool):
         return ("TRUE" if value else "FALSE"), []
+    if isinstance(value, str):
+        return value, []
     if isinstance(value, _Op):
         rendered = [_to_sql(part) for part in value.parts]
         text = (" AND " if value.all else " OR ").join(f"({s})" for s, _ in rendered)

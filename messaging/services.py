@@ -357,9 +357,23 @@ def cancel_task(*, sender: Sender, task_id: str, while_live: bool = False) -> Ta
 def _transition(
     sender: Sender, task_id: Any, transition: Transition, message: dict[str, Any] | None
 ) -> Task:
-    """Read, decide, compare-and-set; again when another change won (a bounded number of
-    times: a task cannot change faster than its parties act on it)."""
+    """The action in the store's one statement where it has one; otherwise (or when that
+    matched nothing) read, decide, compare-and-set, and again when another change won (a
+    bounded number of times: a task cannot change faster than its parties act on it)."""
     writer = store.current()
+    pk = _task_pk(task_id)
+    taken = (
+        writer.take(transition, actor=sender, task_id=pk, message=message, now=timezone.now())
+        if pk is not None
+        else None
+    )
+    if taken is not None:
+        task, event_id = taken
+        metrics.events_written(1)
+        events.ring_after_commit(
+            agent_ids=party_ids(task), event_id=event_id, tenant_id=task.tenant_id
+        )
+        return task
     for _attempt in range(5):
         task, roles = _read_party_task(sender, task_id)
         phase = lifecycle.phase_of(task.state, task.awaiting)

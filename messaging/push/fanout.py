@@ -115,3 +115,21 @@ def for_event(task: Task, kind: str, *, event: str, source: str | None = None):
         params += [tenant, task_id, Target.PUSH_CONFIG.value, *pending]
         params.append(PushConfig._meta.get_field("task").get_db_prep_value(task.id, connection))
     return _insert() + " UNION ALL ".join(selects), params
+
+
+def for_event_sql(tenant_id, *, event: str, task: str) -> tuple[str, list]:
+    """`for_event` where the task's parties are rows of the statement: `event` yields the
+    new event's `id`, `task` the task's `id`, `sender_id` and `recipient_id` (CTE names).
+    The parties that `subscribes_sql` and the task's push configs, found by the statement."""
+    tenant, pending = _prep("tenant", tenant_id), _pending()
+    agents = connection.ops.quote_name(Agent._meta.db_table)
+    configs = connection.ops.quote_name(PushConfig._meta.db_table)
+    sql = _insert() + (
+        f"SELECT %s, {event}.id, {task}.id, %s, a.id, CAST(NULL AS bigint), a.webhook_url, 0,"
+        f" '', %s, %s, %s, %s FROM {event}, {task}, {agents} a"
+        f" WHERE a.id IN ({task}.sender_id, {task}.recipient_id) AND {subscribes_sql('a')}"
+        f" UNION ALL SELECT %s, {event}.id, {task}.id, %s, CAST(NULL AS uuid), pc.id, pc.url, 0,"
+        f" '', %s, %s, %s, %s FROM {event}, {task}, {configs} pc WHERE pc.task_id = {task}.id"
+    )
+    params = [tenant, Target.AGENT.value, *pending, tenant, Target.PUSH_CONFIG.value, *pending]
+    return sql, params

@@ -12,7 +12,9 @@ from django.db import connection
 from agents.models import Agent
 from hikyaku import rows
 
+from ..lifecycle import Transition
 from ..models import Task, TaskEvent
+from ..parties import Sender
 
 TASK_FIELDS = tuple(f.name for f in Task._meta.concrete_fields)
 # What a transition needs of each party: its policy, and the webhook it may be owed. In the
@@ -75,6 +77,20 @@ class Store(Protocol):
     def insert_broadcast(self, broadcast: Broadcast, *, sender: Agent | None) -> BroadcastResult:
         """One delivery for every other active agent of the tenant that the policy lets the
         sender reach (in id order), their events, then the summary and its event (last)."""
+
+    def take(
+        self,
+        transition: Transition,
+        *,
+        actor: Sender,
+        task_id: uuid.UUID,
+        message: dict[str, Any] | None,
+        now: datetime,
+    ) -> tuple[Task, int] | None:
+        """Apply `transition` in one step where the store can, checking in that step what
+        the services would check after a read (source phase, role, policy): the task as
+        changed and its event id. None means "read and decide": the store has no such step,
+        or it matched nothing."""
 
     def compare_and_set(self, task: Task, expected: Expected, event: TaskEvent) -> bool:
         """Write `task`'s CHANGED columns and insert `event` if the row still is as

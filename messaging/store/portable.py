@@ -78,6 +78,10 @@ class PortableStore:
             last_event_id=events[-1].pk,
         )
 
+    def take(self, transition, **_: object) -> None:
+        """No one-statement form: SQLite's statements cannot chain writes."""
+        return None
+
     def compare_and_set(self, task: Task, expected: Expected, event: TaskEvent) -> bool:
         fields = [Task._meta.get_field(name) for name in CHANGED]
         assignments = ", ".join(f"{f.column} = %s" for f in fields)

@@ -10,6 +10,8 @@ Postgres from the message, encoded once. What they store is what PortableStore s
 from __future__ import annotations
 
 from contextlib import nullcontext
+from datetime import datetime
+from typing import Any
 
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
@@ -17,8 +19,10 @@ from psycopg.types.json import Jsonb
 from agents.models import Agent
 from hikyaku import rows
 
-from .. import policy
+from .. import lifecycle, policy
+from ..lifecycle import Role, Transition
 from ..models import Task, TaskEvent
+from ..parties import Sender
 from ..push import delivery, fanout
 from .base import CHANGED, TASK_FIELDS, Broadcast, BroadcastResult, Expected, party_ids
 
@@ -266,3 +270,127 @@ class PostgresStore:
         if row[1]:
             delivery.enqueue_after_commit(list(row[1]))
         return True
+
+    def take(
+        self,
+        transition: Transition,
+        *,
+        actor: Sender,
+        task_id: Any,
+        message: dict[str, Any] | None,
+        now: datetime,
+    ) -> tuple[Task, int] | None:
+        """The action in one statement, without reading the task first: the task changes
+        if it is in one of the transition's source phases, the actor holds the transition's
+        one role and the policy (`policy.READ`) lets it see the task, exactly as
+        `lifecycle.apply` would change it after a read; the parties are locked, the event
+        and its webhook deliveries inserted. Returns the task and its event id, or None when
+        it matched nothing (or the transition may be taken by either party): the caller then
+        reads, and gets the refusal or the compare-and-set that applies."""
+        if len(transition.by) != 1:
+            return None
+        (role,) = transition.by
+        own, peer_column = (
+            ("recipient_id", "sender_id")
+            if role == Role.RECIPIENT
+            else ("sender_id", "recipient_id")
+        )
+        me = actor.agent
+        if me is not None:
+            mine, mine_params = f"m.{own} = %s", [me.pk]
+        elif role == Role.SENDER:
+            mine, mine_params = "m.sender_id IS NULL AND m.caller_id = %s", [actor.caller_id]
+        else:
+            return None
+        peer = policy.Row("p", key=f"m.{peer_column}")
+        parties = (
+            {"sender": peer, "recipient": me}
+            if role == Role.RECIPIENT
+            else {
+                "sender": me,
+                "recipient": peer,
+            }
+        )
+        readable, readable_params = policy.sql(
+            policy.READ, **parties, reader=me, sensitivity=policy.Column("m.sensitivity")
+        )
+        phases = " OR ".join(["(m.state = %s AND m.awaiting = %s)"] * len(transition.sources))
+        phase_params = [v for phase in transition.sources for v in (phase.state, phase.awaiting)]
+        sets, set_params = _changes(transition, actor, task_id, message, now)
+        webhook_sql, webhook_params = fanout.for_event_sql(actor.tenant.pk, event="ev", task="upd")
+        sql = (
+            "WITH t AS (SELECT m.id, m.state, m.awaiting, m.updated_at FROM messaging_task m"
+            f" LEFT JOIN agents_agent p ON p.id = m.{peer_column}"
+            f" WHERE m.id = %s AND m.tenant_id = %s AND m.type <> %s AND {mine}"
+            f" AND ({phases}) AND ({readable})),"
+            " lk AS (SELECT a.id FROM agents_agent a, messaging_task m, t"
+            " WHERE m.id = t.id AND a.id IN (m.sender_id, m.recipient_id)"
+            " ORDER BY a.id FOR NO KEY UPDATE OF a),"
+            f" upd AS (UPDATE messaging_task SET {sets} FROM t"
+            " WHERE messaging_task.id = t.id AND messaging_task.state = t.state"
+            " AND messaging_task.awaiting = t.awaiting AND messaging_task.updated_at = t.updated_at"
+            f" AND (SELECT count(*) FROM lk) > 0 RETURNING {_returning('messaging_task')},"
+            " t.state AS from_state),"
+            f" ev AS (INSERT INTO messaging_taskevent ({_EVENT_COLUMNS})"
+            " SELECT tenant_id, id, sender_id, recipient_id, %s, %s, %s, from_state, state, %s,"
+            " updated_at FROM upd RETURNING id),"
+            f" dl AS ({webhook_sql} RETURNING id)"
+            f" SELECT {_returning('upd')}, ev.id, (SELECT array_agg(id) FROM dl) FROM upd, ev"
+        )
+        params = [
+            task_id,
+            actor.tenant.pk,
+            Task.Type.BROADCAST_SUMMARY,
+            *mine_params,
+            *phase_params,
+            *readable_params,
+            *set_params,
+            me.pk if me else None,
+            "" if me else f"external:{actor.caller_id}",
+            transition.action,
+            Jsonb(lifecycle.payload_of(message)),
+            *webhook_params,
+        ]
+        row = _one_statement(sql, params)
+        if row is None:
+            return None
+        n = len(TASK_FIELDS)
+        task = rows.build(Task, TASK_FIELDS, row[:n])
+        if row[n + 1]:
+            delivery.enqueue_after_commit(list(row[n + 1]))
+        return task, row[n]
+
+
+def _returning(table: str) -> str:
+    return ", ".join(f"{table}.{Task._meta.get_field(f).column}" for f in TASK_FIELDS)
+
+
+def _changes(
+    transition: Transition,
+    actor: Sender,
+    task_id: Any,
+    message: dict[str, Any] | None,
+    now: datetime,
+) -> tuple[str, list]:
+    """The SET of `take`: what `lifecycle.apply` computes, for the row in the database."""
+    sets, params = ["updated_at = %s"], [now]
+    target = transition.target
+    if target is not None:
+        sets += ["state = %s", "awaiting = %s", "status_at = %s"]
+        params += [target.state, target.awaiting, now]
+    metadata = "messaging_task.metadata - 'statusMessage'"
+    if transition.carries_message:
+        roles = set(transition.by)
+        follow_up = lifecycle.follow_up_of(transition, roles, message or {}, task_id=task_id)
+        entry = "(%s::jsonb || jsonb_build_object('contextId', messaging_task.context_id))"
+        sets.append(f"history = messaging_task.history || jsonb_build_array{entry}")
+        params.append(Jsonb(follow_up))
+        result = lifecycle.result_of(transition, message or {})
+        if result is not None:
+            sets.append("artifacts = messaging_task.artifacts || jsonb_build_array(%s::jsonb)")
+            params.append(Jsonb(result))
+        if transition.parts_become == "status":
+            metadata = f"jsonb_set({metadata}, '{{statusMessage}}', {entry})"
+            params.append(Jsonb(follow_up))
+    sets.append(f"metadata = {metadata}")
+    return ", ".join(sets), params
