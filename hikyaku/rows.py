@@ -68,21 +68,6 @@ def insert_select(obj: Model, *, source: str) -> tuple[str, list[Any]]:
     )
 
 
-def update(obj: Model, fields: list[str]) -> None:
-    """UPDATE these fields of a row already locked by the caller's transaction."""
-    meta = obj._meta
-    quote = connection.ops.quote_name
-    model_fields = [meta.get_field(name) for name in fields]
-    assignments = ", ".join(f"{quote(f.column)} = %s" for f in model_fields)
-    params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in model_fields]
-    params.append(meta.pk.get_db_prep_value(obj.pk, connection))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} = %s",
-            params,
-        )
-
-
 @cache
 def _reader(model: type[Model], fields: tuple[str, ...]):
     """Per-column converters for `fields` of `model`, computed once (RawQuerySet would

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import lifecycle
+from .wire import STATE_V1
+
 RPC_PATH = "/a2a/"
 TAG = "A2A JSON-RPC"
 
@@ -28,16 +31,10 @@ def _object(properties: dict[str, Any], *, required: tuple[str, ...] = (), **ext
     return schema
 
 
-STATE_NAMES = [
-    "TASK_STATE_INPUT_REQUIRED",
-    "TASK_STATE_WORKING",
-    "TASK_STATE_COMPLETED",
-    "TASK_STATE_REJECTED",
-    "TASK_STATE_FAILED",
-    "TASK_STATE_CANCELED",
-]
-HUMAN_STATE_NAMES = ["unread", "working", "blocked", "completed", "rejected", "failed", "canceled"]
-ACTIONS = ["ack", "accept", "complete", "reject", "fail", "block", "reply", "comment"]
+STATE_NAMES = list(STATE_V1.values())
+HUMAN_STATE_NAMES = list(lifecycle.BY_NAME)
+# The verbs in the lifecycle table's order (docs/PROTOCOL.md §4.4).
+ACTIONS = [str(action) for action in lifecycle.TRANSITIONS if action in lifecycle.ACTIONS]
 
 COMPONENTS: dict[str, Any] = {
     "A2APart": _object(
