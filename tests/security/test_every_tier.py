@@ -12,8 +12,11 @@ import json
 import uuid
 
 import pytest
+from django.conf import settings
+from django.test import Client
 
 from messaging.models import PushConfig, Task
+from tenants import services as tenant_services
 from tests import factories
 from tests.messaging.rpc import message
 
@@ -117,6 +120,15 @@ def test_a_four_thousand_digit_integer_in_a_message_is_invalid_params(
     assert not Task.objects.exists()
 
 
+def test_a_four_thousand_digit_request_id_is_answered_with_it(tier, agent, endpoints):
+    request_id = "9" * 4000  # beyond the 64-bit integers of the fast JSON encoder
+    body = envelope("SubscribeToTask", {}).replace('"id": 7', f'"id": {request_id}')
+    for path in endpoints:
+        answer = tier.post(path, body, headers(agent))
+        assert rpc_error(answer)["code"] == -32602, path
+        assert answer.json()["id"] == int(request_id)
+
+
 @pytest.mark.parametrize("configuration", [[1], "x", 5])
 def test_a_streamed_send_with_a_configuration_that_is_not_an_object_is_refused(
     tier, agent, peer, endpoints, configuration
@@ -172,6 +184,18 @@ def test_an_event_id_beyond_any_bigint_is_a_400(tier, agent, where, value):
     assert answer.status == 400, (answer.status, answer.body[:300])
     error = answer.json()["error"]
     assert error["code"] == "INVALID_REQUEST" and error["details"] == {"field": where}
+
+
+def test_an_event_id_beyond_any_bigint_is_a_400_on_the_web_ui_stream(tier, tenant):
+    user = factories.user("member@example.com")
+    tenant_services.add_member(tenant=tenant, user=user)
+    client = Client()
+    client.force_login(user)
+    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+    for query, extra in (("?since=99999999999999999999", {}), ("", {"Last-Event-ID": "1" * 20})):
+        answer = tier.get(f"/ui/t/{tenant.slug}/events/{query}", {"Cookie": cookie, **extra})
+        assert answer.status == 400, (answer.status, answer.body[:300])
+        assert answer.json()["error"]["code"] == "INVALID_REQUEST"
 
 
 def test_the_largest_event_id_opens_the_stream(tier, agent):
