@@ -31,7 +31,7 @@ class HikyakuError(Exception):
     code = "INTERNAL"
     status = 500
     # JSON-RPC code and A2A ErrorInfo reason used by the A2A surface, and the HTTP status of
-    # its JSON-RPC answer (200 but for the few docs/PROTOCOL.md §4.2 names).
+    # its JSON-RPC answer: 200, but where docs/PROTOCOL.md §4.2 names another (401, 429).
     rpc_code = -32603
     rpc_reason = "INTERNAL_ERROR"
     rpc_status = 200

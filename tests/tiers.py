@@ -1,24 +1,29 @@
-"""The broker's two serving tiers as one test interface.
+"""The broker's two serving tiers, each a real server process on the test database.
 
-- `asgi`: the ASGI app (hikyaku/asgi.py) under a real uvicorn process, what `make run` and
-  the production stream processes serve (tests/live.py), over a real socket;
-- `wsgi`: the production WSGI app (hikyaku/wsgi.py), called in-process as a WSGI server
-  calls it.
+- `asgi`: the ASGI app (hikyaku/asgi.py) under uvicorn — what `make run` and the production
+  stream processes serve (the `broker` fixture of tests/live.py);
+- `wsgi`: the production WSGI app (hikyaku/wsgi.py) under granian, as the web processes of
+  `make cluster` and docker-compose.yml serve it.
 
-Both answer a request with an `Answer`. A streaming answer is read up to its first event and
-then dropped, which is all these tests need of it.
+Both are spoken to over a real socket and answer with an `Answer`. A streaming answer is
+read up to its first event, then the connection is dropped, which is all these tests need.
+Tests that use them need committed data: `pytest.mark.django_db(transaction=True)`.
 """
 
 from __future__ import annotations
 
 import http.client
-import io
 import json
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+
+from tests.live import BrokerProcess
 
 
 @dataclass
@@ -42,10 +47,28 @@ class Answer:
 
 
 class Tier:
-    name = ""
+    def __init__(self, name: str, url: str) -> None:
+        self.name = name
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname, parts.port
 
     def request(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> Answer:
-        raise NotImplementedError
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=20)
+        try:
+            conn.request(method, path, body=body or None, headers=headers)
+            response = conn.getresponse()
+            names = {k.lower(): v for k, v in response.getheaders()}
+            if not names.get("content-type", "").startswith("text/event-stream"):
+                return Answer(response.status, names, response.read())
+            lines, seen_data = [], False
+            while line := response.readline():
+                lines.append(line)
+                seen_data = seen_data or line.startswith(b"data:")
+                if seen_data and line in (b"\n", b"\r\n"):
+                    break
+            return Answer(response.status, names, b"".join(lines))
+        finally:
+            conn.close()
 
     def post(self, path: str, body: bytes | str, headers: dict[str, str] | None = None) -> Answer:
         data = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
@@ -57,80 +80,38 @@ class Tier:
         return self.request("GET", path, b"", headers or {})
 
 
-class AsgiTier(Tier):
-    name = "asgi"
+class WsgiBrokerProcess(BrokerProcess):
+    """The WSGI app under granian, as a production web process runs it."""
 
-    def __init__(self, url: str) -> None:
-        self.host, self.port = urlsplit(url).hostname, urlsplit(url).port
-
-    def request(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> Answer:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=20)
-        try:
-            conn.request(method, path, body=body or None, headers=headers)
-            response = conn.getresponse()
-            names = {k.lower(): v for k, v in response.getheaders()}
-            if names.get("content-type", "").startswith("text/event-stream"):
-                lines, seen_data = [], False
-                while line := response.readline():
-                    lines.append(line)
-                    seen_data = seen_data or line.startswith(b"data:")
-                    if seen_data and line in (b"\n", b"\r\n"):
-                        break
-                return Answer(response.status, names, b"".join(lines))
-            return Answer(response.status, names, response.read())
-        finally:
-            conn.close()
+    def command(self) -> list[str]:
+        return [
+            str(Path(sys.executable).parent / "granian"),
+            "--interface",
+            "wsgi",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+            "--blocking-threads",
+            "8",
+            "--no-ws",
+            "hikyaku.wsgi:application",
+        ]
 
 
-class WsgiTier(Tier):
-    name = "wsgi"
-
-    def request(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> Answer:
-        from hikyaku.wsgi import application
-
-        path, _, query = path.partition("?")
-        environ = {
-            "REQUEST_METHOD": method,
-            "PATH_INFO": path,
-            "QUERY_STRING": query,
-            "SERVER_NAME": "testserver",
-            "SERVER_PORT": "80",
-            "SERVER_PROTOCOL": "HTTP/1.1",
-            "REMOTE_ADDR": "127.0.0.1",
-            "CONTENT_LENGTH": str(len(body)),
-            "HTTP_HOST": "testserver",
-            "wsgi.input": io.BytesIO(body),
-            "wsgi.errors": io.StringIO(),
-            "wsgi.url_scheme": "http",
-            "wsgi.multithread": True,
-            "wsgi.multiprocess": True,
-            "wsgi.run_once": False,
-            "wsgi.version": (1, 0),
-        }
-        for name, value in headers.items():
-            key = name.upper().replace("-", "_")
-            environ[key if key == "CONTENT_TYPE" else f"HTTP_{key}"] = value
-        started: dict[str, Any] = {}
-
-        def start_response(status, response_headers, exc_info=None):
-            started["status"] = int(status.split()[0])
-            started["headers"] = {k.lower(): v for k, v in response_headers}
-
-        chunks = application(environ, start_response)
-        try:
-            if started["headers"].get("content-type", "").startswith("text/event-stream"):
-                content = next(iter(chunks), b"")
-            else:
-                content = b"".join(chunks)
-        finally:
-            getattr(chunks, "close", lambda: None)()
-        return Answer(started["status"], started["headers"], content)
+@pytest.fixture(scope="session")
+def wsgi_broker(django_db_setup, django_db_blocker) -> Iterator[BrokerProcess]:
+    # A dropped stream is noticed at its next write: keepalives often, so that streams the
+    # tests abandon give their server threads back quickly.
+    server = WsgiBrokerProcess(env={"HIKYAKU_STREAM_KEEPALIVE_SECONDS": "1"}).start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(params=["asgi", "wsgi"])
 def tier(request) -> Tier:
-    """Each test that takes it runs against both tiers (the ASGI one needs committed data:
-    `pytest.mark.django_db(transaction=True)`)."""
-    if request.param == "asgi":
-        return AsgiTier(request.getfixturevalue("broker").url)
-    return WsgiTier()
+    """Each test that takes it runs against both tiers."""
+    fixture = "broker" if request.param == "asgi" else "wsgi_broker"
+    return Tier(request.param, request.getfixturevalue(fixture).url)

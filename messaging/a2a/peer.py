@@ -22,6 +22,9 @@ This endpoint is the caller's side of that conversation:
 
 Unlike the broker endpoint, messageId is not an idempotency key here (A2A does not make it
 one and its conformance kit reuses ids for different sends).
+
+This module holds the methods and how a call is opened (`open_call`); the view is
+messaging/a2a/views.py, the stream handler messaging/stream/peer.py.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Each case used to answer a plain-text 500 (or to misbehave) on the ASGI path — the stream
 tier, and everything under `make run` — where the WSGI tier answered correctly, or the
-other way round. Every test runs against both tiers (the `tier` fixture of tests/tiers.py): the ASGI app under a
-real server process and the production WSGI app; run the file on SQLite and on Postgres.
+other way round. Every test runs against both tiers (the `tier` fixture of tests/tiers.py),
+each a real server process: the ASGI app under uvicorn and the production WSGI app under
+granian. Run the file on SQLite and on Postgres.
 """
 
 from __future__ import annotations
