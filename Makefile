@@ -46,9 +46,10 @@ dev: migrate  ## like run, with Django's debug pages (never where others can rea
 test: $(STAMP)  ## the test suite (PYTEST_ARGS="tests/messaging -q" for part of it)
 	@$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP)  ## ruff check and format check
+lint: $(STAMP)  ## ruff check and format check, and the import contracts (pyproject.toml)
 	@$(BIN)/ruff check .
 	@$(BIN)/ruff format --check .
+	@$(BIN)/lint-imports
 
 format: $(STAMP)  ## ruff fix and format
 	@$(BIN)/ruff check --fix .

@@ -1,8 +1,15 @@
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.db import models
+from django.db.models import Count, Q
+from django.template.response import TemplateResponse
+from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
 
 from hikyaku.errors import InvalidRequest
+from tenants import services as tenant_services
+from tenants.models import ApiKey, Tenant
 
 from . import services
 from .destinations import check_url
@@ -216,3 +223,154 @@ class AgentAdmin(admin.ModelAdmin):
     def unpublish(self, request, queryset):
         count = sum(services.set_agent_public(agent=a, public=False) for a in queryset)
         self.message_user(request, f"{count} agent(s) unpublished.")
+
+
+# API keys ------------------------------------------------------------------------------------
+# The keys' admin lives here, not in tenants/admin.py: revoking a tenant's last key
+# deregisters its agents, a workflow of this app (agents.services.revoke_api_key), and the
+# list counts each key's agents.
+
+
+class KeyStatusFilter(admin.SimpleListFilter):
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request, model_admin):
+        return [("active", "Active"), ("expired", "Expired"), ("revoked", "Revoked")]
+
+    def queryset(self, request, queryset):
+        now = timezone.now()
+        if self.value() == "active":
+            return queryset.filter(ApiKey.active_q(now))
+        if self.value() == "expired":
+            return queryset.filter(revoked_at__isnull=True, expires_at__lte=now)
+        if self.value() == "revoked":
+            return queryset.filter(revoked_at__isnull=False)
+        return queryset
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = (
+        "display",
+        "tenant",
+        "label",
+        "status_badge",
+        "agent_count",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+    )
+    list_filter = (KeyStatusFilter, "tenant")
+    list_select_related = ("tenant",)
+    search_fields = ("prefix", "label", "tenant__slug")
+    autocomplete_fields = ("tenant",)
+    date_hierarchy = "created_at"
+    # Only the display prefix is ever shown: the hash is neither editable nor displayed.
+    readonly_fields = (
+        "prefix",
+        "created_by",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    )
+    fields = (
+        "tenant",
+        "label",
+        "expires_at",
+        "prefix",
+        "created_by",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    )
+    actions = ["revoke"]
+
+    def get_queryset(self, request):
+        live = Q(registered_agents__status__in=["active", "disabled"])
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(agent_count=Count("registered_agents", filter=live))
+        )
+
+    @admin.display(description="Key")
+    def display(self, obj: ApiKey) -> str:
+        return f"hky_{obj.prefix}…"
+
+    @admin.display(description="Status")
+    def status_badge(self, obj: ApiKey) -> str:
+        return obj.status
+
+    @admin.display(description="Agents", ordering="agent_count")
+    def agent_count(self, obj: ApiKey) -> int:
+        return obj.agent_count
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.readonly_fields + (("tenant",) if obj else ())
+
+    def get_actions(self, request):
+        # Keys are revoked (services.revoke_api_key), which deregisters the agents of
+        # a tenant's last key; a bulk delete would skip that rule.
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        created = tenant_services.create_api_key(
+            tenant=obj.tenant, label=obj.label, created_by=request.user, expires_at=obj.expires_at
+        )
+        obj.pk = created.api_key.pk
+        obj.__dict__.update(created.api_key.__dict__)
+        # Rendered by response_add in this response only, never put in a message or session.
+        request._hikyaku_raw_key = created.raw_key
+
+    def response_add(self, request, obj, post_url_continue=None):
+        raw_key = getattr(request, "_hikyaku_raw_key", None)
+        if raw_key is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "API key created",
+            "api_key": obj,
+            "raw_key": raw_key,
+        }
+        response = TemplateResponse(request, "admin/tenants/apikey/created.html", context)
+        add_never_cache_headers(response)
+        return response
+
+    @admin.action(
+        description="Revoke selected keys (the last key of a tenant deregisters its agents)"
+    )
+    def revoke(self, request, queryset):
+        keys = list(queryset.filter(revoked_at__isnull=True).select_related("tenant"))
+        if request.POST.get("confirm") != "yes":
+            context = {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "title": "Revoke API keys?",
+                "keys": keys,
+                "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+                "last_key_tenants": _tenants_left_without_keys(keys),
+            }
+            return TemplateResponse(request, "admin/tenants/apikey/revoke_confirm.html", context)
+        deregistered = sum(services.revoke_api_key(api_key=api_key) for api_key in keys)
+        self.message_user(
+            request, f"Revoked {len(keys)} key(s). {deregistered} agent(s) deregistered."
+        )
+
+
+def _tenants_left_without_keys(keys: list[ApiKey]) -> list[Tenant]:
+    """Tenants whose every active key is among `keys`: revoking them deregisters agents."""
+    chosen = {key.pk for key in keys}
+    tenants = {key.tenant_id: key.tenant for key in keys}
+    remaining = set(
+        ApiKey.objects.filter(ApiKey.active_q(), tenant_id__in=tenants)
+        .exclude(pk__in=chosen)
+        .values_list("tenant_id", flat=True)
+    )
+    return [tenant for pk, tenant in tenants.items() if pk not in remaining]

@@ -331,6 +331,16 @@ def has_credential(authorization: str | None) -> bool:
     return not CALLER_TOKEN_RE.match(value.strip())
 
 
+def not_public() -> Unauthenticated:
+    """What an agent's own endpoint answers a caller without credentials (or with only a
+    caller token) when the agent is not public, and when there is no such agent: one answer,
+    so that nobody learns which ids exist (docs/PEERS.md)."""
+    return Unauthenticated(
+        "This agent is not public or does not exist: "
+        "send 'Authorization: Bearer <api key or agent token>'."
+    )
+
+
 def authenticate_peer_caller(
     *, callee: Agent, authorization: str | None, agent_id: str | None, address: str
 ) -> PeerCaller:
@@ -339,9 +349,7 @@ def authenticate_peer_caller(
     credential of another tenant when the agent is not public."""
     if not has_credential(authorization):
         if not callee.public:
-            raise Unauthenticated(
-                "This agent is not public: send 'Authorization: Bearer <api key or agent token>'."
-            )
+            raise not_public()
         check_anonymous_rate(address)
         if authorization and authorization.strip():
             token = bearer_secret(authorization)

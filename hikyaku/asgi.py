@@ -8,8 +8,9 @@ streaming response: docs/MEASUREMENTS.md); everything else goes to Django's ASGI
 - `GET /ui/t/<slug>/events/`, `GET /ui/t/<slug>/agents/<id>/events/`
                                                 → the web UI's session streams
 - `POST /` and `POST /a2a/` whose JSON-RPC method is SendStreamingMessage, SubscribeToTask,
-  message/stream or tasks/resubscribe           → A2A streaming (the body is read here; any
-  other request gets it replayed to Django unchanged)
+  message/stream or tasks/resubscribe           → A2A streaming (the body is read and parsed
+  here, by messaging/a2a/jsonrpc.py; any other request, a body that does not parse
+  included, gets it replayed to Django unchanged, which answers it as a WSGI process would)
 - `POST /a2a/agents/<id>/` with one of those methods
                                                 → A2A streaming on an agent's own endpoint
                                                   (messaging/stream/peer.py), likewise
@@ -19,7 +20,7 @@ The lifespan protocol starts and stops the per-process stream hub and the MCP se
 manager (both also start lazily on first use, for servers without lifespan support).
 """
 
-import json
+import logging
 import os
 
 from django.conf import settings
@@ -32,12 +33,16 @@ django_application = get_asgi_application()
 # On the embedded SQLite default, `manage.py restore` refuses while this process runs.
 hold_server_lock(settings.DATABASES["default"])
 
+from hikyaku import error_pages  # noqa: E402
 from messaging import mcp_http  # noqa: E402  (needs the app registry set up above)
-from messaging.stream import a2a, inbox, peer, web  # noqa: E402
+from messaging.a2a import jsonrpc  # noqa: E402
+from messaging.stream import a2a, inbox, peer, sse, web  # noqa: E402
 from messaging.stream.hub import hub  # noqa: E402
 
+log = logging.getLogger(__name__)
+
 RPC_PATHS = ("/", "/a2a/")
-# Cheap pre-check before decoding a body: every streaming method name contains one of these.
+# Cheap pre-check before parsing a body: every streaming method name contains one of these.
 STREAMING_MARKERS = (b"tream", b"ubscribe")
 
 
@@ -55,16 +60,38 @@ async def _read_body(receive) -> tuple[bytes, list[dict]]:
             return b"".join(chunks), messages
 
 
-def _streaming_call(body: bytes) -> dict | None:
+def _streaming_call(body: bytes) -> jsonrpc.Envelope | None:
+    """The streaming request a body holds, or None for Django to answer: another method, or a
+    body that is not one valid JSON-RPC request — which Django refuses with the parser and
+    the answers of every other tier (messaging/a2a/jsonrpc.py)."""
+    if len(body) > settings.HIKYAKU_MAX_BODY_BYTES:
+        return None
     if not any(marker in body for marker in STREAMING_MARKERS):
         return None
     try:
-        payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        envelope = jsonrpc.parse(body)
+    except jsonrpc.EnvelopeError:
         return None
-    if isinstance(payload, dict) and payload.get("method") in a2a.STREAMING_METHODS:
-        return payload
-    return None
+    return envelope if envelope.streaming else None
+
+
+async def _guarded(handler, scope, receive, send, *args) -> None:
+    """Run a stream handler; should it fail before its answer started, answer as Django
+    answers an unexpected error (hikyaku/error_pages.py), never in plain text."""
+    started = False
+
+    async def tracked(message: dict) -> None:
+        nonlocal started
+        started = started or message["type"] == "http.response.start"
+        await send(message)
+
+    try:
+        await handler(scope, receive, tracked, *args)
+    except Exception:
+        log.exception("stream handler failed: %s %s", scope["method"], scope["path"])
+        if started:
+            raise
+        await sse.send_json(send, 500, error_pages.machine_body(scope["path"], 500))
 
 
 def _replay(messages: list[dict], receive):
@@ -108,22 +135,21 @@ async def application(scope, receive, send):
     if scope["type"] == "http":
         path, method = scope["path"], scope["method"]
         if path == "/api/v1/subscribe":
-            await inbox.subscribe(scope, receive, send)
+            await _guarded(inbox.subscribe, scope, receive, send)
             return
         if path.startswith("/ui/t/") and web.PATH.match(path) and method == "GET":
-            await web.tenant_stream(scope, receive, send)
+            await _guarded(web.tenant_stream, scope, receive, send)
             return
         peer_path = peer.PATH.match(path) if path.startswith("/a2a/agents/") else None
         if method == "POST" and (path in RPC_PATHS or peer_path):
             body, messages = await _read_body(receive)
-            payload = (
-                _streaming_call(body) if len(body) <= settings.HIKYAKU_MAX_BODY_BYTES else None
-            )
-            if payload is not None and peer_path:
-                await peer.agent_stream(scope, receive, send, payload, peer_path["agent_id"])
+            envelope = _streaming_call(body)
+            if envelope is not None and peer_path:
+                agent_id = peer_path["agent_id"]
+                await _guarded(peer.agent_stream, scope, receive, send, envelope, agent_id)
                 return
-            if payload is not None:
-                await a2a.jsonrpc_stream(scope, receive, send, payload)
+            if envelope is not None:
+                await _guarded(a2a.jsonrpc_stream, scope, receive, send, envelope)
                 return
             receive = _replay(messages, receive)
     await django_application(scope, receive, send)

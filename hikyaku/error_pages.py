@@ -16,6 +16,8 @@ from django.shortcuts import render
 from django.template import loader
 from django.utils.decorators import sync_and_async_middleware
 
+from .errors import envelope
+
 PAGE_PREFIXES = ("/ui/", "/accounts/", "/admin/")
 MESSAGES = {
     404: ("NOT_FOUND", "Not found."),
@@ -26,27 +28,35 @@ MESSAGES = {
 RPC_CODES = {404: -32600, 405: -32600, 500: -32603}
 
 
-def _surface(request: HttpRequest) -> str:
-    path = request.path
+def surface(path: str, accept: str) -> str:
+    """Whose error shape a request gets: "rpc", "rest" or "page"."""
     if path.startswith("/a2a/"):
         return "rpc"
     if path.startswith("/api/"):
         return "rest"
-    if path.startswith(PAGE_PREFIXES) or "text/html" in request.headers.get("Accept", ""):
+    if path.startswith(PAGE_PREFIXES) or "text/html" in accept:
         return "page"
     return "rest"
 
 
-def machine_error(request: HttpRequest, status: int) -> JsonResponse:
+def _surface(request: HttpRequest) -> str:
+    return surface(request.path, request.headers.get("Accept", ""))
+
+
+def machine_body(path: str, status: int) -> dict:
+    """The JSON body of a bare 404, 405 or 500 at `path` (for machines: no page)."""
     code, message = MESSAGES[status]
-    if _surface(request) == "rpc":
-        body = {
+    if surface(path, "") == "rpc":
+        return {
             "jsonrpc": "2.0",
             "id": None,
             "error": {"code": RPC_CODES[status], "message": message},
         }
-        return JsonResponse(body, status=status)
-    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+    return envelope(code, message)
+
+
+def machine_error(request: HttpRequest, status: int) -> JsonResponse:
+    return JsonResponse(machine_body(request.path, status), status=status)
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

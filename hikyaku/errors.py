@@ -1,8 +1,9 @@
 """The domain error hierarchy, with stable codes, and its translation to the REST envelope.
 
 Services raise these; each edge translates them: REST into
-`{"error": {"code", "message", "details"?}}`, JSON-RPC into an error object (messaging/a2a),
-forms into form errors. Nothing outside this hierarchy should ever reach a client.
+`{"error": {"code", "message", "details"?}}` (`envelope`, the one function that writes it),
+JSON-RPC into an error object (messaging/a2a/jsonrpc.py), forms into form errors. Nothing
+outside this hierarchy should ever reach a client.
 """
 
 from __future__ import annotations
@@ -17,12 +18,23 @@ from rest_framework.response import Response
 log = logging.getLogger(__name__)
 
 
+def envelope(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The REST error envelope (docs/PROTOCOL.md §3). Every REST-shaped error body, whichever
+    server or handler writes it, is built here."""
+    body: dict[str, Any] = {"code": code, "message": message}
+    if details:
+        body["details"] = details
+    return {"error": body}
+
+
 class HikyakuError(Exception):
     code = "INTERNAL"
     status = 500
-    # JSON-RPC code and A2A ErrorInfo reason used by the A2A surface.
+    # JSON-RPC code and A2A ErrorInfo reason used by the A2A surface, and the HTTP status of
+    # its JSON-RPC answer: 200, but where docs/PROTOCOL.md §4.2 names another (401, 429).
     rpc_code = -32603
     rpc_reason = "INTERNAL_ERROR"
+    rpc_status = 200
 
     def __init__(self, message: str = "", *, details: dict[str, Any] | None = None) -> None:
         super().__init__(message or self.default_message())
@@ -34,17 +46,14 @@ class HikyakuError(Exception):
         return cls.__doc__.strip().splitlines()[0] if cls.__doc__ else cls.code
 
     def envelope(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.details:
-            body["details"] = self.details
-        return {"error": body}
+        return envelope(self.code, self.message, self.details)
 
 
 class Unauthenticated(HikyakuError):
     """Missing or invalid credentials."""
 
     code, status = "UNAUTHORIZED", 401
-    rpc_code, rpc_reason = -32000, "UNAUTHENTICATED"
+    rpc_code, rpc_reason, rpc_status = -32000, "UNAUTHENTICATED", 401
 
 
 class Forbidden(HikyakuError):
@@ -100,7 +109,14 @@ class RateLimited(HikyakuError):
     """Rate limit exceeded; slow down."""
 
     code, status = "RATE_LIMITED", 429
-    rpc_code, rpc_reason = -32029, "RATE_LIMITED"
+    rpc_code, rpc_reason, rpc_status = -32029, "RATE_LIMITED", 429
+
+
+class MethodNotAllowed(HikyakuError):
+    """Method not allowed."""
+
+    code, status = "METHOD_NOT_ALLOWED", 405
+    rpc_code, rpc_reason = -32600, "INVALID_REQUEST"
 
 
 class PayloadTooLarge(HikyakuError):
@@ -124,12 +140,19 @@ def error_response(error: HikyakuError) -> JsonResponse:
     return response
 
 
-def decorate(response, error: HikyakuError) -> None:
-    """The headers an error implies, on any surface's response."""
+def error_headers(error: HikyakuError) -> list[tuple[str, str]]:
+    """The headers an error implies, on any surface and any server."""
     if isinstance(error, Unauthenticated):
-        response["WWW-Authenticate"] = 'Bearer realm="hikyaku"'
+        return [("WWW-Authenticate", 'Bearer realm="hikyaku"')]
     if isinstance(error, RateLimited) and error.details:
-        response["Retry-After"] = str(error.details.get("retry_after", 60))
+        return [("Retry-After", str(error.details.get("retry_after", 60)))]
+    return []
+
+
+def decorate(response, error: HikyakuError) -> None:
+    """Set the headers an error implies on a Django (or DRF) response."""
+    for name, value in error_headers(error):
+        response[name] = value
 
 
 def _validation_details(detail: Any) -> dict[str, Any]:
@@ -164,10 +187,7 @@ def rest_exception_handler(exc: Exception, context: dict) -> Response | None:
     elif isinstance(exc, Http404 | drf_exceptions.NotFound):
         error = NotFound()
     elif isinstance(exc, drf_exceptions.MethodNotAllowed):
-        response = Response(
-            {"error": {"code": "METHOD_NOT_ALLOWED", "message": str(exc.detail)}}, status=405
-        )
-        return response
+        error = MethodNotAllowed(str(exc.detail))
     elif isinstance(exc, drf_exceptions.Throttled):
         error = RateLimited()
     elif isinstance(exc, DataError):

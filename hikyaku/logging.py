@@ -5,7 +5,8 @@ import logging
 from contextvars import ContextVar
 from datetime import UTC, datetime
 
-_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+# The attributes every LogRecord has: anything else on a record is an extra field of its line.
+STANDARD_ATTRIBUTES = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 # The id of the request being handled (hikyaku.request_log sets it), so every line a request
 # logs, not only its access line, carries the id.
@@ -20,7 +21,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        payload.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
+        payload.update({k: v for k, v in vars(record).items() if k not in STANDARD_ATTRIBUTES})
         if "request_id" not in payload:
             request_id = request_id_var.get()
             if request_id is not None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import glob
 import hmac
 import ipaddress
+import json
 import logging
 import os
 import threading
@@ -56,6 +57,7 @@ from prometheus_client import (
 )
 
 from . import error_pages
+from .errors import envelope
 
 log = logging.getLogger(__name__)
 
@@ -274,9 +276,13 @@ def start_worker_exporter(*, host: str, port: int):
     children count into PROMETHEUS_MULTIPROC_DIR, which this exporter reads; without that
     directory only the main process's own samples would show, so we say so.
     """
-    from wsgiref.simple_server import make_server
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-    from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
+    from prometheus_client.exposition import ThreadingWSGIServer
+
+    class QuietHandler(WSGIRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            """No line per scrape on stderr."""
 
     if multiprocess_dir() is None:
         log.warning(
@@ -292,11 +298,11 @@ def start_worker_exporter(*, host: str, port: int):
         )
         if not allowed or environ.get("PATH_INFO") not in ("/metrics", "/"):
             start_response("404 Not Found", [("Content-Type", "application/json")])
-            return [b'{"error": {"code": "NOT_FOUND", "message": "Not found."}}']
+            return [json.dumps(envelope("NOT_FOUND", "Not found.")).encode()]
         start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST)])
         return [render()]
 
-    server = make_server(host, port, app, ThreadingWSGIServer, handler_class=_SilentHandler)
+    server = make_server(host, port, app, ThreadingWSGIServer, handler_class=QuietHandler)
     threading.Thread(target=server.serve_forever, name="metrics-exporter", daemon=True).start()
     log.info("worker metrics served on http://%s:%s/metrics", host, port)
     return server

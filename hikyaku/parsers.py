@@ -1,4 +1,4 @@
-"""The JSON we accept on every surface, in one place.
+"""The JSON we accept on every surface, and the JSON we write, in one place.
 
 Python's `json` module accepts more than JSON and fails in ways a view does not expect: it
 parses `NaN`/`Infinity` and turns `1e400` into an infinite float (neither can be rendered back
@@ -7,7 +7,8 @@ raises `RecursionError` — not `ValueError` — on deeply nested arrays. Each o
 surface as an HTTP 500 further down. NUL (`"\u0000"`) is valid JSON but Postgres cannot store
 it in text or jsonb (a 503 there, stored as-is on SQLite), so it is refused on every backend
 alike. `loads` refuses all of these with `ValueError`, so callers answer "parse error" for
-every malformed body with one `except ValueError`.
+every malformed body with one `except ValueError`. `dumps` writes every JSON answer of the
+JSON-RPC endpoints and the streams, whichever server (WSGI or ASGI) serves them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, get_encoding
 
@@ -53,6 +55,18 @@ def loads(body: bytes | str) -> Any:
             except UnicodeEncodeError:
                 raise ValueError("JSON string holds an unpaired UTF-16 surrogate") from None
     return value
+
+
+def dumps(value: Any) -> bytes:
+    """`value` as compact UTF-8 JSON. orjson, several times faster than the standard library;
+    the standard library for what orjson refuses (integers beyond 64 bits, nesting deeper
+    than 255, unpaired surrogates). Both write the same JSON value: a surrogate, which can
+    only be in a string, is written as its `\\uXXXX` escape."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return text.encode("utf-8", "backslashreplace")
 
 
 def _strings(value: Any) -> Iterator[str]:

@@ -39,7 +39,7 @@ from django.urls import Resolver404, resolve
 from django.utils.decorators import sync_and_async_middleware
 
 from . import metrics
-from .logging import _STANDARD, request_id_var
+from .logging import STANDARD_ATTRIBUTES, request_id_var
 
 log = logging.getLogger("hikyaku.request")
 
@@ -111,7 +111,7 @@ def _finish(
             extra = getattr(request, "hikyaku_log", None)
             if extra:
                 for key, value in extra.items():
-                    if key not in _CORE_FIELDS and key not in _STANDARD:
+                    if key not in _CORE_FIELDS and key not in STANDARD_ATTRIBUTES:
                         # Some values echo the caller (a JSON-RPC method name): keep them short.
                         if isinstance(value, str) and len(value) > 200:
                             value = value[:200] + "…"

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -50,11 +49,13 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.authentication import AuthCredentials
 
 from agents.auth import AgentIdentity, authenticate_agent, bearer_secret
-from hikyaku.errors import HikyakuError, InvalidRequest, RateLimited, Unauthenticated
+from hikyaku.errors import HikyakuError, InvalidRequest
 from hikyaku_client.config import Credentials
 from hikyaku_client.http import HikyakuClient
 from hikyaku_client.mcp_profiles import HTTP, select_tools
 from hikyaku_client.mcp_tools import StatelessSession, build_server
+
+from .stream import sse
 
 log = logging.getLogger(__name__)
 
@@ -218,30 +219,19 @@ def _authenticate(authorization: str | None, agent_id: str | None) -> AgentIdent
         close_old_connections()
 
 
-async def _error(send: Any, error: HikyakuError) -> None:
-    headers = [(b"content-type", b"application/json")]
-    if isinstance(error, Unauthenticated):
-        headers.append((b"www-authenticate", b'Bearer realm="hikyaku"'))
-    if isinstance(error, RateLimited) and error.details:
-        headers.append((b"retry-after", str(error.details.get("retry_after", 60)).encode()))
-    body = json.dumps(error.envelope()).encode()
-    await send({"type": "http.response.start", "status": error.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """The `/mcp` endpoint (ASGI, HTTP scopes only)."""
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     host, _port = split_domain_port(headers.get("host", ""))
     if not host or not validate_host(host, settings.ALLOWED_HOSTS):
-        await _error(send, InvalidRequest("Invalid Host header."))
+        await sse.send_error(send, InvalidRequest("Invalid Host header."))
         return
     try:
         identity = await anyio.to_thread.run_sync(
             _authenticate, headers.get("authorization"), headers.get("x-agent-id")
         )
     except HikyakuError as exc:
-        await _error(send, exc)
+        await sse.send_error(send, exc)
         return
     # Who the request is: the SDK binds sessions to it, and the tools read the agent id from it.
     scope["user"] = AuthenticatedUser(

@@ -1,13 +1,12 @@
 from django.urls import path
 
-from .a2a.peer import agent_jsonrpc
-from .a2a.views import jsonrpc
+from .a2a.views import agent_jsonrpc, broker_jsonrpc
 from .api import TaskEventsView
 from .stream import views as stream_views
 
 urlpatterns = [
-    path("", jsonrpc, name="a2a-root"),
-    path("a2a/", jsonrpc, name="a2a"),
+    path("", broker_jsonrpc, name="a2a-root"),
+    path("a2a/", broker_jsonrpc, name="a2a"),
     path("api/v1/subscribe", stream_views.subscribe, name="api-subscribe"),
     path("a2a/agents/<str:agent_id>/", agent_jsonrpc, name="a2a-agent"),
     # Clients configured without the card's trailing slash still reach the endpoint (a POST

@@ -8,6 +8,7 @@ from django.test import Client
 from tests import factories
 from tests.live import broker, broker_factory, redis_server  # noqa: F401  (fixtures)
 from tests.messaging.receiver import receiver  # noqa: F401  (fixture)
+from tests.tiers import tier, wsgi_broker  # noqa: F401  (fixtures)
 
 # Webhook receivers started by the tests listen on 127.0.0.1, which the SSRF guard refuses
 # by default. Server processes started by the tests inherit this.

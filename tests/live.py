@@ -55,25 +55,28 @@ class BrokerProcess:
         self.proc: subprocess.Popen | None = None
         self.log_path = ROOT / "test-artifacts" / f"server-{self.port}.log"
 
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "hikyaku.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--no-access-log",
+            "--timeout-graceful-shutdown",
+            "1",
+        ]
+
     def start(self) -> BrokerProcess:
         env = {**os.environ, "DATABASE_URL": test_database_url(), "HIKYAKU_LOG_FORMAT": "text"}
         env.update(self.extra_env)
         self.log_path.parent.mkdir(exist_ok=True)
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "hikyaku.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--no-access-log",
-                "--timeout-graceful-shutdown",
-                "1",
-            ],
+            self.command(),
             cwd=ROOT,
             env=env,
             stdout=log,

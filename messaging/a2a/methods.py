@@ -10,20 +10,16 @@ from typing import Any
 from hikyaku.errors import InvalidRequest
 
 from .. import selectors, services
-from ..parties import Sender
+from ..models import Task
+from ..push.configs import ConfigInput
 from . import push
+from .jsonrpc import Call, method_table
 from .push import PUSH_METHODS
 from .wire import Dialect, parse_message, parse_status_filter, render_task
 
 
-@dataclass(frozen=True)
-class Call:
-    sender: Sender
-    dialect: Dialect
-    params: dict[str, Any]
-
-
-def _int_param(params: dict, name: str, *, low: int, high: int, default: int | None) -> int | None:
+def int_param(params: dict, name: str, *, low: int, high: int, default: int | None) -> int | None:
+    """An integer parameter (a JSON number or a numeric string) within [low, high]."""
     value = params.get(name, default)
     if value is None:
         return None
@@ -38,7 +34,8 @@ def _int_param(params: dict, name: str, *, low: int, high: int, default: int | N
     return value
 
 
-def _task_id(params: dict) -> str:
+def task_id_param(params: dict) -> str:
+    """`params.id`, the task id of GetTask, CancelTask and SubscribeToTask."""
     task_id = params.get("id")
     if not isinstance(task_id, str) or not task_id:
         raise InvalidRequest("params.id (the task id) is required.", details={"field": "id"})
@@ -50,31 +47,51 @@ def _wrap(call: Call, body: dict[str, Any]) -> dict[str, Any]:
     return body if call.dialect is Dialect.V1_0 else {"task": body}
 
 
-def send_message(call: Call) -> dict[str, Any]:
-    # Every parameter is checked before the send: an error after it committed would tell the
-    # client "failed" about a message that was delivered.
+@dataclass(frozen=True)
+class SendParams:
+    """The params of SendMessage or SendStreamingMessage on the broker endpoint, checked."""
+
+    message: dict[str, Any]
+    history_length: int | None
+    push_config: ConfigInput | None
+
+
+def send_params(call: Call) -> SendParams:
+    """Every parameter of a send, checked before the send: an error after it committed would
+    tell the client "failed" about a message that was delivered."""
     configuration = call.params.get("configuration") or {}
     if not isinstance(configuration, dict):
         raise InvalidRequest(
             "params.configuration must be an object.", details={"field": "configuration"}
         )
-    history_length = _int_param(configuration, "historyLength", low=0, high=10_000, default=None)
+    history_length = int_param(configuration, "historyLength", low=0, high=10_000, default=None)
     message = parse_message(call.params.get("message"), call.dialect)
-    push_config = push.config_in_send(call)  # validated before anything is sent
-    task = services.send_message(sender=call.sender, message=message)
-    if push_config is not None:
-        push.attach_to_sent_task(call, task, push_config)
-    return {"task": render_task(task, call.dialect, history_length=history_length)}
+    push_config = push.config_in_send(call)
+    return SendParams(message=message, history_length=history_length, push_config=push_config)
+
+
+def deliver(call: Call, params: SendParams) -> Task:
+    """The send, and the push config sent along with it attached to the task it made."""
+    task = services.send_message(sender=call.sender, message=params.message)
+    if params.push_config is not None:
+        push.attach_to_sent_task(call, task, params.push_config)
+    return task
+
+
+def send_message(call: Call) -> dict[str, Any]:
+    params = send_params(call)
+    task = deliver(call, params)
+    return {"task": render_task(task, call.dialect, history_length=params.history_length)}
 
 
 def get_task(call: Call) -> dict[str, Any]:
-    task = selectors.party_task(sender=call.sender, task_id=_task_id(call.params))
-    history_length = _int_param(call.params, "historyLength", low=0, high=10_000, default=None)
+    task = selectors.party_task(sender=call.sender, task_id=task_id_param(call.params))
+    history_length = int_param(call.params, "historyLength", low=0, high=10_000, default=None)
     return _wrap(call, render_task(task, call.dialect, history_length=history_length))
 
 
 def cancel_task(call: Call) -> dict[str, Any]:
-    task = services.cancel_task(sender=call.sender, task_id=_task_id(call.params))
+    task = services.cancel_task(sender=call.sender, task_id=task_id_param(call.params))
     return _wrap(call, render_task(task, call.dialect))
 
 
@@ -114,8 +131,8 @@ def list_filters(params: dict[str, Any], *, include_artifacts_default: bool) -> 
                 "statusTimestampAfter needs a time zone (e.g. Z).",
                 details={"field": "statusTimestampAfter"},
             )
-    page_size = _int_param(params, "pageSize", low=1, high=100, default=50)
-    history_length = _int_param(params, "historyLength", low=0, high=10_000, default=None)
+    page_size = int_param(params, "pageSize", low=1, high=100, default=50)
+    history_length = int_param(params, "historyLength", low=0, high=10_000, default=None)
     include_artifacts = params.get("includeArtifacts", include_artifacts_default)
     if not isinstance(include_artifacts, bool):
         raise InvalidRequest(
@@ -185,16 +202,15 @@ def list_tasks(call: Call) -> dict[str, Any]:
     )
 
 
-# The streaming methods (SendStreamingMessage, SubscribeToTask and their 0.3 names) are not
-# here: they answer with a stream, see messaging/stream/a2a.py.
-METHODS: dict[str, Callable[[Call], dict[str, Any]]] = {
-    "SendMessage": send_message,
-    "message/send": send_message,
-    "GetTask": get_task,
-    "tasks/get": get_task,
-    "ListTasks": list_tasks,
-    "tasks/list": list_tasks,
-    "CancelTask": cancel_task,
-    "tasks/cancel": cancel_task,
-    **PUSH_METHODS,  # messaging/a2a/push.py
-}
+# The broker endpoint's methods, by both names (messaging/a2a/jsonrpc.py). The streaming
+# methods (SendStreamingMessage, SubscribeToTask) are not here: they answer with a stream,
+# see messaging/stream/a2a.py.
+METHODS: dict[str, Callable[[Call], Any]] = method_table(
+    {
+        "SendMessage": send_message,
+        "GetTask": get_task,
+        "ListTasks": list_tasks,
+        "CancelTask": cancel_task,
+        **PUSH_METHODS,  # messaging/a2a/push.py
+    }
+)

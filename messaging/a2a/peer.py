@@ -22,6 +22,9 @@ This endpoint is the caller's side of that conversation:
 
 Unlike the broker endpoint, messageId is not an idempotency key here (A2A does not make it
 one and its conformance kit reuses ids for different sends).
+
+This module holds the methods and how a call is opened (`open_call`); the view is
+messaging/a2a/views.py, the stream handler messaging/stream/peer.py.
 """
 
 from __future__ import annotations
@@ -31,18 +34,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DatabaseError
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.views.decorators.csrf import csrf_exempt
-
 from agents import cards
 from agents import selectors as agent_selectors
 from agents.auth import (
     AgentIdentity,
     authenticate_peer_caller,
     authenticate_tenant,
-    client_address,
     has_credential,
+    not_public,
 )
 from agents.models import Agent
 from hikyaku.errors import (
@@ -50,19 +49,16 @@ from hikyaku.errors import (
     HikyakuError,
     InvalidRequest,
     TaskNotFound,
-    Unauthenticated,
     UnsupportedOperation,
 )
 
 from .. import lifecycle, selectors, services, waiting
 from ..models import Task
 from ..parties import Sender, party_roles
-from ..stream.a2a import STREAMING_METHODS
-from ..stream.serve import polled_response
-from . import errors, push
-from .methods import Call, _int_param, list_filters, page_result
+from . import push
+from .jsonrpc import Call, method_table
+from .methods import int_param, list_filters, page_result, task_id_param
 from .peer_view import SUBMITTED, context_id, message_reply, render_message, render_task
-from .views import _json, error_reply, not_post, parse_envelope, result_reply
 from .wire import Dialect, dialect_for, parse_message
 
 
@@ -71,6 +67,19 @@ class ContentTypeNotSupported(HikyakuError):
 
     code, status = "CONTENT_TYPE_NOT_SUPPORTED", 415
     rpc_code, rpc_reason = -32005, "CONTENT_TYPE_NOT_SUPPORTED"
+
+
+def content_type_refused() -> ContentTypeNotSupported:
+    """The answer to a request whose Content-Type is not JSON."""
+    return ContentTypeNotSupported("Send JSON-RPC requests as application/json.")
+
+
+class UnknownAgent(HikyakuError):
+    """No such agent for this caller: a 404 with -32600 on an agent's endpoint (docs/PEERS.md;
+    other tenants' private agents look the same)."""
+
+    code, status = "AGENT_NOT_FOUND", 404
+    rpc_code, rpc_reason, rpc_status = -32600, "INVALID_REQUEST", 404
 
 
 @dataclass(frozen=True)
@@ -111,13 +120,6 @@ def _blocking(config: dict[str, Any], dialect: Dialect) -> bool:
             f"configuration.{name} must be a boolean.", details={"field": f"configuration.{name}"}
         )
     return not value if dialect is Dialect.V1_0 else value
-
-
-def _task_id(params: dict[str, Any]) -> str:
-    task_id = params.get("id")
-    if not isinstance(task_id, str) or not task_id:
-        raise InvalidRequest("params.id (the task id) is required.", details={"field": "id"})
-    return task_id
 
 
 def _own_task(call: PeerCall, task_id: str) -> Task:
@@ -162,7 +164,7 @@ def deliver(call: PeerCall) -> Delivered:
     services.check_limits(message)
     _check_media_types(call.agent, message)
     config = _configuration(call.params)
-    history_length = _int_param(config, "historyLength", low=0, high=10_000, default=None)
+    history_length = int_param(config, "historyLength", low=0, high=10_000, default=None)
     blocking = _blocking(config, call.dialect)
     push_call = _broker_call(call, {"configuration": config})
     push_config = push.config_in_send(push_call)
@@ -213,14 +215,14 @@ def _follow_up(call: PeerCall, message: dict[str, Any]) -> Task:
 
 
 def get_task(call: PeerCall) -> dict[str, Any]:
-    task = _own_task(call, _task_id(call.params))
-    history_length = _int_param(call.params, "historyLength", low=0, high=10_000, default=None)
+    task = _own_task(call, task_id_param(call.params))
+    history_length = int_param(call.params, "historyLength", low=0, high=10_000, default=None)
     body = render_task(task, call.dialect, history_length=history_length)
     return body if call.dialect is Dialect.V1_0 else {"task": body}
 
 
 def cancel_task(call: PeerCall) -> dict[str, Any]:
-    task = _own_task(call, _task_id(call.params))
+    task = _own_task(call, task_id_param(call.params))
     task = services.cancel_task(sender=call.sender, task_id=str(task.id), while_live=True)
     body = render_task(task, call.dialect)
     return body if call.dialect is Dialect.V1_0 else {"task": body}
@@ -268,7 +270,7 @@ def list_tasks(call: PeerCall) -> dict[str, Any]:
 
 def subscribed_task(call: PeerCall) -> Task:
     """SubscribeToTask's task: one of the caller's, not yet terminal."""
-    task = _own_task(call, _task_id(call.params))
+    task = _own_task(call, task_id_param(call.params))
     if task.is_terminal:
         raise UnsupportedOperation(
             f"Task {task.pk} is {task.state}: a terminal task has no updates to stream."
@@ -305,23 +307,20 @@ def no_extended_card(call: PeerCall) -> dict[str, Any]:
     raise UnsupportedOperation("This agent has no extended agent card.")
 
 
-PEER_METHODS: dict[str, Callable[[PeerCall], Any]] = {
-    "SendMessage": send_message,
-    "message/send": send_message,
-    "GetTask": get_task,
-    "tasks/get": get_task,
-    "ListTasks": list_tasks,
-    "tasks/list": list_tasks,
-    "CancelTask": cancel_task,
-    "tasks/cancel": cancel_task,
-    **{name: _push_method(method) for name, method in push.PUSH_METHODS.items()},
-    "GetExtendedAgentCard": no_extended_card,
-    "agent/getAuthenticatedExtendedCard": no_extended_card,
-}
+PEER_METHODS: dict[str, Callable[[PeerCall], Any]] = method_table(
+    {
+        "SendMessage": send_message,
+        "GetTask": get_task,
+        "ListTasks": list_tasks,
+        "CancelTask": cancel_task,
+        **{name: _push_method(method) for name, method in push.PUSH_METHODS.items()},
+        "GetExtendedAgentCard": no_extended_card,
+    }
+)
 # SendStreamingMessage and SubscribeToTask: messaging/stream/peer.py.
 
 
-# The view ---------------------------------------------------------------------------------
+# Opening a call ---------------------------------------------------------------------------------
 
 
 def is_json(content_type: str) -> bool:
@@ -330,14 +329,15 @@ def is_json(content_type: str) -> bool:
 
 
 def _callee(*, agent_id: str, authorization: str | None, x_agent_id: str | None) -> Agent:
-    """The agent whose endpoint this is. An unknown one is 401 without credentials (so that
-    it looks like a private agent) and 404 with valid ones."""
+    """The agent whose endpoint this is. An unknown one is the very answer a private agent
+    gives without credentials (so that nobody learns which ids exist: docs/PEERS.md), and
+    404 with valid credentials."""
     agent = agent_selectors.peer_agent(agent_id=agent_id)
     if agent is None:
         if not has_credential(authorization):
-            raise Unauthenticated("Send 'Authorization: Bearer <api key or agent token>'.")
+            raise not_public()
         authenticate_tenant(authorization=authorization, agent_id=x_agent_id)
-        raise AgentNotFound(f"Agent not found: {agent_id}")
+        raise UnknownAgent(f"Agent not found: {agent_id}")
     return agent
 
 
@@ -350,13 +350,17 @@ def open_call(
     address: str,
     params: dict[str, Any],
 ) -> PeerCall:
-    """Who calls which agent, in which dialect (shared by this view and the stream
-    handler). Raises AgentNotFound (answered 404), Unauthenticated, RateLimited, ..."""
+    """Who calls which agent, in which dialect (shared by the view and the stream handler).
+    Raises UnknownAgent (a 404), Unauthenticated, RateLimited, ..."""
     dialect = dialect_for(version)
     agent = _callee(agent_id=agent_id, authorization=authorization, x_agent_id=x_agent_id)
-    caller = authenticate_peer_caller(
-        callee=agent, authorization=authorization, agent_id=x_agent_id, address=address
-    )
+    try:
+        caller = authenticate_peer_caller(
+            callee=agent, authorization=authorization, agent_id=x_agent_id, address=address
+        )
+    except AgentNotFound:
+        # Another tenant's private agent: word for word what an unknown id gets.
+        raise UnknownAgent(f"Agent not found: {agent_id}") from None
     return PeerCall(
         agent=agent,
         sender=Sender(tenant=agent.tenant, agent=caller.agent, caller_id=caller.caller_id),
@@ -364,57 +368,3 @@ def open_call(
         params=_camel(params),
         identity=caller.identity,
     )
-
-
-def agent_not_found(request_id: Any, exc: AgentNotFound) -> dict[str, Any]:
-    return errors.response(request_id, errors.error_object(errors.INVALID_REQUEST, exc.message))
-
-
-@csrf_exempt
-def agent_jsonrpc(request: HttpRequest, agent_id: str) -> HttpResponse:
-    if request.method in ("GET", "HEAD"):
-        return HttpResponseRedirect(f"/a2a/agents/{agent_id}/.well-known/agent-card.json")
-    if request.method != "POST":
-        return not_post(request)
-    if not is_json(request.content_type or ""):
-        error = ContentTypeNotSupported("Send JSON-RPC requests as application/json.")
-        return _json(errors.response(None, errors.from_domain(error)))
-    envelope = parse_envelope(request)
-    if isinstance(envelope, HttpResponse):
-        return envelope
-    request_id, method = envelope.request_id, envelope.method
-    try:
-        call = open_call(
-            agent_id=agent_id,
-            version=request.headers.get("A2A-Version"),
-            authorization=request.headers.get("Authorization"),
-            x_agent_id=request.headers.get("X-Agent-Id"),
-            address=client_address(request.META),
-            params=envelope.params,
-        )
-        request.hikyaku_log = {
-            "tenant_id": str(call.agent.tenant_id),
-            "agent_id": str(call.agent.id),
-            "caller": str(call.sender.agent.id) if call.sender.agent else call.sender.caller_id,
-            "rpc_method": method,
-        }
-        if method in STREAMING_METHODS:
-            # Normally answered by the stream handler in front of Django (hikyaku.asgi); a
-            # WSGI web process has none, so it serves the stream by polling.
-            from ..stream.peer import begin_stream
-
-            return polled_response(lambda: begin_stream(call, request_id, method))
-        handler = PEER_METHODS.get(method)
-        if handler is None:
-            return _json(
-                errors.response(
-                    request_id,
-                    errors.error_object(errors.METHOD_NOT_FOUND, f"Method not found: {method}"),
-                )
-            )
-        result = handler(call)
-    except AgentNotFound as exc:
-        return _json(agent_not_found(request_id, exc), status=404)
-    except (HikyakuError, DatabaseError) as exc:
-        return error_reply(request_id, exc, method)
-    return result_reply(request_id, result)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from a2a.compat.v0_3 import conversions
 from a2a.compat.v0_3 import types as types_v03
@@ -29,10 +29,8 @@ from hikyaku.errors import HikyakuError, InvalidRequest
 from ..models import Task
 from ..push import configs
 from ..push.configs import ConfigInput
+from .jsonrpc import Call
 from .wire import Dialect
-
-if TYPE_CHECKING:
-    from .methods import Call
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +49,7 @@ def _parse_config(params: dict[str, Any]) -> TaskPushNotificationConfig:
             compat = types_v03.TaskPushNotificationConfig.model_validate(params)
             return conversions.to_core_task_push_notification_config(compat)
         return ParseDict(params, TaskPushNotificationConfig())
-    except (ParseError, ValidationError, TypeError, ValueError) as exc:
+    except (ParseError, ValidationError, TypeError, ValueError, OverflowError) as exc:
         raise _invalid(exc) from None
 
 
@@ -157,7 +155,7 @@ def config_in_send(call: Call) -> ConfigInput | None:
             proto = conversions.to_core_push_notification_config(compat)
         else:
             proto = ParseDict(raw, TaskPushNotificationConfig())
-    except (ParseError, ValidationError, TypeError, ValueError) as exc:
+    except (ParseError, ValidationError, TypeError, ValueError, OverflowError) as exc:
         raise _invalid(exc, f"configuration.{field}") from None
     if not proto.url:
         raise InvalidRequest(
@@ -192,13 +190,10 @@ def attach_to_sent_task(
         log.warning("push config of SendMessage on task %s not stored: %s", task.id, exc)
 
 
+# By their A2A 1.0 names; the method tables add the 0.3 names (messaging/a2a/jsonrpc.py).
 PUSH_METHODS = {
     "CreateTaskPushNotificationConfig": create_config,
     "GetTaskPushNotificationConfig": get_config,
     "ListTaskPushNotificationConfigs": list_configs,
     "DeleteTaskPushNotificationConfig": delete_config,
-    "tasks/pushNotificationConfig/set": create_config,
-    "tasks/pushNotificationConfig/get": get_config,
-    "tasks/pushNotificationConfig/list": list_configs,
-    "tasks/pushNotificationConfig/delete": delete_config,
 }

@@ -1,159 +1,70 @@
-"""The A2A JSON-RPC endpoint (`POST /` and `POST /a2a/`): one plain view and a method table.
+"""The A2A JSON-RPC endpoints as Django views: the broker's (`POST /` and `POST /a2a/`) and each
+agent's own (`POST /a2a/agents/<id>/`, docs/PEERS.md).
 
-Kept off DRF and as lean as possible: it is the hottest path of the broker."""
+Plain views over the method tables (messaging/a2a/methods.py, messaging/a2a/peer.py), kept
+off DRF and as lean as possible: this is the hottest path of the broker. The envelope, the
+method names and the error answers are messaging/a2a/jsonrpc.py's, shared with the stream
+handlers that answer the streaming methods in front of Django (hikyaku/asgi.py); a WSGI
+process has no such handlers, so these views serve those methods too, by polling.
+"""
 
 from __future__ import annotations
 
-import json
-import logging
-from dataclasses import dataclass
 from typing import Any
 
-from django.db import DatabaseError, DataError
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.views.decorators.csrf import csrf_exempt
 
-from agents.auth import authenticate_agent
+from agents.auth import authenticate_agent, client_address
 from hikyaku import parsers
-from hikyaku.errors import (
-    HikyakuError,
-    InvalidRequest,
-    RateLimited,
-    ServiceUnavailable,
-    Unauthenticated,
-    decorate,
-)
+from hikyaku.errors import HikyakuError
 
 from ..parties import Sender
-from ..stream.a2a import STREAMING_METHODS, wsgi_response
-from . import errors
-from .methods import METHODS, Call
+from ..stream import a2a as broker_stream
+from ..stream import peer as peer_stream
+from ..stream.serve import polled_response
+from . import jsonrpc, peer
+from .methods import METHODS
 from .wire import dialect_for
 
-log = logging.getLogger(__name__)
+
+def _respond(body: dict[str, Any], status: int = 200, headers=()) -> HttpResponse:
+    response = HttpResponse(parsers.dumps(body), content_type="application/json", status=status)
+    for name, value in headers:
+        response[name] = value
+    return response
 
 
-def _json(body: dict[str, Any], status: int = 200) -> HttpResponse:
-    return HttpResponse(
-        json.dumps(body, ensure_ascii=False, separators=(",", ":")),
-        content_type="application/json",
-        status=status,
-    )
+def _error(request_id: Any, exc: HikyakuError | DatabaseError, method: str) -> HttpResponse:
+    answer = jsonrpc.error_answer(request_id, exc, method=method)
+    return _respond(answer.body, answer.status, answer.headers)
 
 
-class EnvelopeError(Exception):
-    """A body that is not one valid JSON-RPC 2.0 request; `response` is the error to send."""
-
-    def __init__(self, response: dict[str, Any]) -> None:
-        super().__init__(response["error"]["message"])
-        self.response = response
-
-
-def parse_request(payload: Any) -> tuple[Any, str, dict[str, Any]]:
-    """(id, method, params) of a decoded JSON-RPC 2.0 request body, or EnvelopeError."""
-    if isinstance(payload, list):
-        raise EnvelopeError(
-            errors.response(
-                None,
-                errors.error_object(errors.INVALID_REQUEST, "Batch requests are not supported."),
-            )
-        )
-    request_id = payload.get("id") if isinstance(payload, dict) else None
-    if isinstance(request_id, bool) or not isinstance(request_id, str | int | None):
-        request_id = None
-    method = payload.get("method") if isinstance(payload, dict) else None
-    params = payload.get("params", {}) if isinstance(payload, dict) else None
-    if (
-        not isinstance(payload, dict)
-        or payload.get("jsonrpc") != "2.0"
-        or not isinstance(method, str)
-        or not isinstance(params, dict)
-        or ("id" in payload and request_id is None and payload["id"] is not None)
-    ):
-        raise EnvelopeError(
-            errors.response(
-                request_id,
-                errors.error_object(
-                    errors.INVALID_REQUEST,
-                    "Invalid request: expected a JSON-RPC 2.0 object with a method and object params.",
-                ),
-            )
-        )
-    return request_id, method, params
-
-
-@dataclass(frozen=True)
-class Envelope:
-    """A well-formed JSON-RPC 2.0 request."""
-
-    request_id: Any
-    method: str
-    params: dict[str, Any]
-
-
-def parse_envelope(request: HttpRequest) -> Envelope | HttpResponse:
-    """The request's JSON-RPC envelope, or the error response to send instead (shared by the
-    broker endpoint and the agents' own endpoints)."""
+def _envelope(request: HttpRequest) -> jsonrpc.Envelope | HttpResponse:
     try:
-        payload = parsers.loads(request.body)
-    except ValueError:
-        return _json(
-            errors.response(
-                None,
-                errors.error_object(errors.PARSE_ERROR, "Parse error: the body is not valid JSON."),
-            )
-        )
-    try:
-        request_id, method, params = parse_request(payload)
-    except EnvelopeError as exc:
-        return _json(exc.response)
-    return Envelope(request_id=request_id, method=method, params=params)
+        return jsonrpc.parse(request.body)
+    except jsonrpc.EnvelopeError as exc:
+        return _respond(exc.response)
 
 
-def not_post(request: HttpRequest) -> HttpResponse:
-    return _json(
-        errors.response(
-            None,
-            errors.error_object(errors.INVALID_REQUEST, "Use POST with a JSON-RPC 2.0 body."),
-        ),
-        status=405,
+def _not_post() -> HttpResponse:
+    body = jsonrpc.response(
+        None, jsonrpc.error_object(jsonrpc.INVALID_REQUEST, "Use POST with a JSON-RPC 2.0 body.")
     )
-
-
-def error_reply(request_id: Any, exc: Exception, method: str) -> HttpResponse:
-    """The JSON-RPC error response for a domain or database error raised by a method."""
-    if isinstance(exc, Unauthenticated | RateLimited):
-        response = _json(errors.response(request_id, errors.from_domain(exc)), status=exc.status)
-        decorate(response, exc)
-        return response
-    if isinstance(exc, HikyakuError):
-        return _json(errors.response(request_id, errors.from_domain(exc)))
-    if isinstance(exc, DataError):
-        # A value the database refuses (too long, out of range): the request's fault, so
-        # never a 503 that invites the client to retry the same thing forever.
-        log.warning("database refused a value during %s: %s", method, exc)
-        error = InvalidRequest(
-            "A value in the request cannot be stored (too long or out of range)."
-        )
-        return _json(errors.response(request_id, errors.from_domain(error)))
-    log.warning("database unavailable during %s: %s", method, exc.__class__.__name__)
-    return _json(errors.response(request_id, errors.from_domain(ServiceUnavailable())), status=503)
-
-
-def result_reply(request_id: Any, result: dict[str, Any]) -> HttpResponse:
-    return _json({"jsonrpc": "2.0", "id": request_id, "result": result})
+    return _respond(body, status=405)
 
 
 @csrf_exempt
-def jsonrpc(request: HttpRequest) -> HttpResponse:
+def broker_jsonrpc(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         if request.path == "/" and request.method in ("GET", "HEAD"):
             return HttpResponseRedirect("/ui/")
-        return not_post(request)
-    envelope = parse_envelope(request)
+        return _not_post()
+    envelope = _envelope(request)
     if isinstance(envelope, HttpResponse):
         return envelope
-    request_id, method, params = envelope.request_id, envelope.method, envelope.params
+    request_id, method = envelope.request_id, envelope.method
     try:
         dialect = dialect_for(request.headers.get("A2A-Version"))
         identity = authenticate_agent(
@@ -165,25 +76,55 @@ def jsonrpc(request: HttpRequest) -> HttpResponse:
             "agent_id": str(identity.agent.id),
             "rpc_method": method,
         }
-        if method in STREAMING_METHODS:
-            # Normally answered by the stream handler in front of Django (hikyaku.asgi); a
-            # WSGI web process has none, so it serves the stream by polling.
-            return wsgi_response(identity, dialect, request_id, method, params)
+        call = jsonrpc.Call(
+            sender=Sender(tenant=identity.tenant, agent=identity.agent),
+            dialect=dialect,
+            params=envelope.params,
+        )
+        if envelope.streaming:
+            return polled_response(lambda: broker_stream.begin(identity, call, request_id, method))
         handler = METHODS.get(method)
         if handler is None:
-            return _json(
-                errors.response(
-                    request_id,
-                    errors.error_object(errors.METHOD_NOT_FOUND, f"Method not found: {method}"),
-                )
-            )
-        result = handler(
-            Call(
-                sender=Sender(tenant=identity.tenant, agent=identity.agent),
-                dialect=dialect,
-                params=params,
-            )
-        )
+            return _respond(jsonrpc.method_not_found(request_id, method))
+        result = handler(call)
     except (HikyakuError, DatabaseError) as exc:
-        return error_reply(request_id, exc, method)
-    return result_reply(request_id, result)
+        return _error(request_id, exc, method)
+    return _respond(jsonrpc.result(request_id, result))
+
+
+@csrf_exempt
+def agent_jsonrpc(request: HttpRequest, agent_id: str) -> HttpResponse:
+    if request.method in ("GET", "HEAD"):
+        return HttpResponseRedirect(f"/a2a/agents/{agent_id}/.well-known/agent-card.json")
+    if request.method != "POST":
+        return _not_post()
+    if not peer.is_json(request.content_type or ""):
+        return _error(None, peer.content_type_refused(), "")
+    envelope = _envelope(request)
+    if isinstance(envelope, HttpResponse):
+        return envelope
+    request_id, method = envelope.request_id, envelope.method
+    try:
+        call = peer.open_call(
+            agent_id=agent_id,
+            version=request.headers.get("A2A-Version"),
+            authorization=request.headers.get("Authorization"),
+            x_agent_id=request.headers.get("X-Agent-Id"),
+            address=client_address(request.META),
+            params=envelope.params,
+        )
+        request.hikyaku_log = {
+            "tenant_id": str(call.agent.tenant_id),
+            "agent_id": str(call.agent.id),
+            "caller": str(call.sender.agent.id) if call.sender.agent else call.sender.caller_id,
+            "rpc_method": method,
+        }
+        if envelope.streaming:
+            return polled_response(lambda: peer_stream.begin_stream(call, request_id, method))
+        handler = peer.PEER_METHODS.get(method)
+        if handler is None:
+            return _respond(jsonrpc.method_not_found(request_id, method))
+        result = handler(call)
+    except (HikyakuError, DatabaseError) as exc:
+        return _error(request_id, exc, method)
+    return _respond(jsonrpc.result(request_id, result))

@@ -119,7 +119,9 @@ def parse_message(
         first = exc.errors()[0]
         field = ".".join(str(p) for p in ("message", *first["loc"]))
         raise InvalidRequest(f"Invalid {field}: {first['msg']}", details={"field": field}) from None
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
+        # OverflowError: a number no double can hold (a data part's or metadata's value is a
+        # protobuf Struct, whose numbers are doubles), e.g. an integer of 4,000 digits.
         raise InvalidRequest(f"Invalid message: {exc}", details={"field": "message"}) from None
     if not proto.message_id:
         raise InvalidRequest(

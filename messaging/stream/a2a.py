@@ -14,7 +14,8 @@ are a plain JSON-RPC error response; errors after it are an `event: error` frame
 JSON-RPC error, then the end of the stream.
 
 Served by the lean ASGI handler in stream processes (`jsonrpc_stream`); a WSGI web process
-answers the same requests by polling the database (`wsgi_response`).
+answers the same requests by polling the database (messaging/a2a/views.py, with `begin`).
+Both answer errors before the first frame through messaging/a2a/jsonrpc.py.
 """
 
 from __future__ import annotations
@@ -26,42 +27,38 @@ from typing import Any
 
 from a2a.compat.v0_3 import conversions
 from a2a.types import StreamResponse
-from django.db import DatabaseError, DataError
+from django.db import DatabaseError
 from django.db.models import Max
-from django.http import StreamingHttpResponse
 from google.protobuf.json_format import ParseDict
 
 from agents.auth import AgentIdentity, authenticate_agent, identity_is_current
 from hikyaku.errors import (
     HikyakuError,
-    InvalidRequest,
-    RateLimited,
     ServiceUnavailable,
     TaskNotFound,
     Unauthenticated,
     UnsupportedOperation,
 )
 
-from .. import policy, selectors, services
-from ..a2a import errors
-from ..a2a.methods import _int_param
-from ..a2a.wire import Dialect, dialect_for, parse_message, render_task, update_results
+from .. import policy, selectors
+from ..a2a import jsonrpc
+from ..a2a.methods import deliver, send_params, task_id_param
+from ..a2a.wire import Dialect, dialect_for, render_task, update_results
 from ..models import TERMINAL_STATES, Task, TaskEvent
 from ..parties import Sender
 from . import sse
+from .batch import Batch
 from .db import run_db
-from .feeds import PAGE, Batch, Feed
-from .serve import polled_response, serve
+from .feeds import PAGE, Feed
+from .serve import serve
 
 log = logging.getLogger(__name__)
 
 SEND, SUBSCRIBE = "send", "subscribe"
-STREAMING_METHODS = {
-    "SendStreamingMessage": SEND,
-    "message/stream": SEND,
-    "SubscribeToTask": SUBSCRIBE,
-    "tasks/resubscribe": SUBSCRIBE,
-}
+# What each streaming method does, by both its names (messaging/a2a/jsonrpc.py).
+STREAMING_METHODS = jsonrpc.method_table(
+    {"SendStreamingMessage": SEND, "SubscribeToTask": SUBSCRIBE}
+)
 
 
 class TaskFeed(Feed):
@@ -87,7 +84,7 @@ class TaskFeed(Feed):
 
     def _response(self, result: dict[str, Any]) -> bytes:
         if self.dialect is Dialect.V1_0:
-            return sse.event({"jsonrpc": "2.0", "id": self.request_id, "result": result})
+            return sse.event(jsonrpc.result(self.request_id, result))
         compat = conversions.to_compat_stream_response(
             ParseDict(result, StreamResponse()), self.request_id
         ).model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -97,7 +94,8 @@ class TaskFeed(Feed):
         return sse.event(compat)
 
     def _error(self, error: HikyakuError) -> bytes:
-        return sse.event(errors.response(self.request_id, errors.from_domain(error)), name="error")
+        body = jsonrpc.response(self.request_id, jsonrpc.from_domain(error))
+        return sse.event(body, name="error")
 
     def render(self, task: Task) -> dict[str, Any]:
         """The task as the first event shows it."""
@@ -111,9 +109,9 @@ class TaskFeed(Feed):
         task = self.task
         body = self.render(task)
         if self.dialect is Dialect.V1_0:
-            first = sse.event({"jsonrpc": "2.0", "id": self.request_id, "result": {"task": body}})
+            first = sse.event(jsonrpc.result(self.request_id, {"task": body}))
         else:
-            first = sse.event({"jsonrpc": "2.0", "id": self.request_id, "result": body})
+            first = sse.event(jsonrpc.result(self.request_id, body))
         return Batch([first], closed="terminal" if task.is_terminal else None, more=True)
 
     def fetch(self) -> Batch:
@@ -159,24 +157,17 @@ def snapshot(task: Task) -> tuple[Task, int]:
     return Task.objects.select_related("sender", "recipient").get(pk=task.pk), cursor
 
 
-def begin(
-    identity: AgentIdentity, dialect: Dialect, request_id: Any, method: str, params: dict
-) -> TaskFeed:
-    """Everything before the first frame: the send (or the subscription checks). Raises
+def begin(identity: AgentIdentity, call: jsonrpc.Call, request_id: Any, method: str) -> TaskFeed:
+    """Everything before the first frame: the send, with every parameter checked as
+    SendMessage checks them (messaging/a2a/methods.py), or the subscription checks. Raises
     HikyakuError for what must be answered as a plain JSON-RPC error."""
-    sender = Sender(tenant=identity.tenant, agent=identity.agent)
     history_length = None
     if STREAMING_METHODS[method] == SEND:
-        message = parse_message(params.get("message"), dialect)
-        history_length = _int_param(
-            params.get("configuration") or {}, "historyLength", low=0, high=10_000, default=None
-        )
-        task = services.send_message(sender=sender, message=message)
+        params = send_params(call)
+        history_length = params.history_length
+        task = deliver(call, params)
     else:
-        task_id = params.get("id")
-        if not isinstance(task_id, str) or not task_id:
-            raise InvalidRequest("params.id (the task id) is required.", details={"field": "id"})
-        task = selectors.party_task(sender=sender, task_id=task_id)
+        task = selectors.party_task(sender=call.sender, task_id=task_id_param(call.params))
         if task.is_terminal:
             raise UnsupportedOperation(
                 f"Task {task.pk} is {task.state}: a terminal task has no updates to stream."
@@ -184,7 +175,7 @@ def begin(
     task, cursor = snapshot(task)
     return TaskFeed(
         identity=identity,
-        dialect=dialect,
+        dialect=call.dialect,
         request_id=request_id,
         task=task,
         cursor=cursor,
@@ -193,16 +184,10 @@ def begin(
 
 
 async def jsonrpc_stream(
-    scope: sse.Scope, receive: sse.Receive, send: sse.Send, payload: dict
+    scope: sse.Scope, receive: sse.Receive, send: sse.Send, envelope: jsonrpc.Envelope
 ) -> None:
-    """A streaming JSON-RPC request, already read and decoded by the dispatcher."""
-    from ..a2a.views import EnvelopeError, parse_request
-
-    try:
-        request_id, method, params = parse_request(payload)
-    except EnvelopeError as exc:
-        await sse.send_json(send, 200, exc.response)
-        return
+    """A streaming JSON-RPC request, already read and parsed by the dispatcher
+    (hikyaku.asgi)."""
 
     async def opened() -> Feed:
         dialect = dialect_for(sse.header(scope, b"a2a-version"))
@@ -213,50 +198,28 @@ async def jsonrpc_stream(
                 agent_id=sse.header(scope, b"x-agent-id"),
             )
         )
-        return await run_db(begin, identity, dialect, request_id, method, params, retry=False)
+        call = jsonrpc.Call(
+            sender=Sender(tenant=identity.tenant, agent=identity.agent),
+            dialect=dialect,
+            params=envelope.params,
+        )
+        return await run_db(
+            begin, identity, call, envelope.request_id, envelope.method, retry=False
+        )
 
-    feed = await open_or_answer(send, request_id, method, opened)
+    feed = await open_or_answer(send, envelope, opened)
     if feed is not None:
         await serve(feed, receive, send, kind="a2a")
 
 
 async def open_or_answer(
-    send: sse.Send,
-    request_id: Any,
-    method: str,
-    opened: Callable[[], Awaitable[Feed]],
-    special: Callable[[Any, HikyakuError], tuple[int, dict] | None] = lambda *_: None,
+    send: sse.Send, envelope: jsonrpc.Envelope, opened: Callable[[], Awaitable[Feed]]
 ) -> Feed | None:
-    """Authenticate and open a streaming method's feed (`opened`); when that fails, answer
-    in the JSON-RPC envelope instead of a stream — with the HTTP status of the error, or
-    what `special` makes of it — and return None."""
+    """Authenticate and open a streaming method's feed (`opened`); when that fails, send
+    the JSON-RPC error answer instead of a stream (as the WSGI views do) and return None."""
     try:
         return await opened()
-    except HikyakuError as exc:
-        answer = special(request_id, exc)
-        if answer is not None:
-            await sse.send_json(send, *answer)
-        elif isinstance(exc, Unauthenticated | RateLimited):
-            body = errors.response(request_id, errors.from_domain(exc))
-            await sse.send_json(send, exc.status, body, sse.error_headers(exc))
-        else:
-            await sse.send_json(send, 200, errors.response(request_id, errors.from_domain(exc)))
-    except DataError as exc:
-        # A value the database refuses is the request's fault (as in messaging/a2a/views.py).
-        log.warning("database refused a value during %s: %s", method, exc)
-        error = InvalidRequest(
-            "A value in the request cannot be stored (too long or out of range)."
-        )
-        await sse.send_json(send, 200, errors.response(request_id, errors.from_domain(error)))
-    except DatabaseError as exc:
-        log.warning("%s: database unavailable (%s)", method, exc.__class__.__name__)
-        body = errors.response(request_id, errors.from_domain(ServiceUnavailable()))
-        await sse.send_json(send, 503, body)
+    except (HikyakuError, DatabaseError) as exc:
+        answer = jsonrpc.error_answer(envelope.request_id, exc, method=envelope.method)
+        await sse.send_json(send, answer.status, answer.body, answer.headers)
     return None
-
-
-def wsgi_response(
-    identity: AgentIdentity, dialect: Dialect, request_id: Any, method: str, params: dict
-) -> StreamingHttpResponse:
-    """A streaming method that reached a WSGI process (no stream handler in front of it)."""
-    return polled_response(lambda: begin(identity, dialect, request_id, method, params))

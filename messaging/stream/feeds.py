@@ -16,7 +16,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import Max, Q
@@ -27,16 +26,10 @@ from tenants.models import Tenant
 from ..a2a.wire import Dialect, task_v1
 from ..models import Task, TaskEvent
 from . import snapshot, sse
+from .batch import Batch
 from .reads import PAGE, read_inboxes
 
 Kind = TaskEvent.Kind
-
-
-@dataclass
-class Batch:
-    frames: list[bytes] = field(default_factory=list)
-    closed: str | None = None  # set: write the frames, then end the stream for this reason
-    more: bool = False  # a full page was read: read again without waiting
 
 
 class Feed:
@@ -87,6 +80,9 @@ def closed_frame(reason: str) -> bytes:
     )
 
 
+MAX_EVENT_ID = 2**63 - 1  # event ids are bigints
+
+
 def parse_event_id(value: str | None, field_name: str) -> int | None:
     from hikyaku.errors import InvalidRequest
 
@@ -100,6 +96,12 @@ def parse_event_id(value: str | None, field_name: str) -> int | None:
         ) from None
     if number < 0:
         raise InvalidRequest(f"{field_name} must not be negative.", details={"field": field_name})
+    if number > MAX_EVENT_ID:
+        # Beyond a bigint no event can ever follow it, and the databases refuse the value
+        # (SQLite raises OverflowError) instead of answering "nothing yet".
+        raise InvalidRequest(
+            f"{field_name} must be at most {MAX_EVENT_ID}.", details={"field": field_name}
+        )
     return number
 
 

@@ -41,7 +41,8 @@ from . import doorbells
 from .db import run_db
 
 if TYPE_CHECKING:
-    from .feeds import Batch, Feed
+    from .batch import Batch
+    from .feeds import Feed
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from functools import partial
 from django.db import DatabaseError
 
 from agents.auth import authenticate_agent
-from hikyaku.errors import HikyakuError, ServiceUnavailable
+from hikyaku.errors import HikyakuError, MethodNotAllowed, ServiceUnavailable
 
 from ..a2a.wire import dialect_for
 from . import sse
@@ -21,12 +21,7 @@ log = logging.getLogger(__name__)
 
 async def subscribe(scope: sse.Scope, receive: sse.Receive, send: sse.Send) -> None:
     if scope["method"] != "GET":
-        await sse.send_json(
-            send,
-            405,
-            {"error": {"code": "METHOD_NOT_ALLOWED", "message": "Use GET."}},
-            [(b"allow", b"GET")],
-        )
+        await sse.send_error(send, MethodNotAllowed("Use GET."), [("Allow", "GET")])
         return
     try:
         dialect = dialect_for(sse.header(scope, b"a2a-version"))

@@ -26,22 +26,17 @@ from typing import Any
 from agents.auth import AgentIdentity, client_address
 from agents.models import Agent
 from agents.selectors import peer_reachability
-from hikyaku.errors import (
-    AgentNotFound,
-    TaskNotFound,
-)
+from hikyaku.errors import TaskNotFound
 
-from ..a2a import errors, peer_view
+from ..a2a import jsonrpc, peer_view
 from ..a2a.peer import (
-    ContentTypeNotSupported,
     PeerCall,
-    agent_not_found,
+    content_type_refused,
     deliver,
     is_json,
     open_call,
     subscribed_task,
 )
-from ..a2a.views import EnvelopeError, parse_request
 from ..a2a.wire import Dialect
 from ..models import Task, TaskEvent
 from ..parties import Sender
@@ -138,18 +133,17 @@ def _address(scope: sse.Scope) -> str:
 
 
 async def agent_stream(
-    scope: sse.Scope, receive: sse.Receive, send: sse.Send, payload: dict, agent_id: str
+    scope: sse.Scope,
+    receive: sse.Receive,
+    send: sse.Send,
+    envelope: jsonrpc.Envelope,
+    agent_id: str,
 ) -> None:
-    """A streaming JSON-RPC request to an agent's endpoint, already read and decoded by the
+    """A streaming JSON-RPC request to an agent's endpoint, already read and parsed by the
     dispatcher (hikyaku.asgi)."""
     if not is_json(sse.header(scope, b"content-type") or ""):
-        error = ContentTypeNotSupported("Send JSON-RPC requests as application/json.")
-        await sse.send_json(send, 200, errors.response(None, errors.from_domain(error)))
-        return
-    try:
-        request_id, method, params = parse_request(payload)
-    except EnvelopeError as exc:
-        await sse.send_json(send, 200, exc.response)
+        answer = jsonrpc.error_answer(None, content_type_refused(), method=envelope.method)
+        await sse.send_json(send, answer.status, answer.body, answer.headers)
         return
 
     async def opened():
@@ -161,14 +155,11 @@ async def agent_stream(
                 authorization=sse.header(scope, b"authorization"),
                 x_agent_id=sse.header(scope, b"x-agent-id"),
                 address=_address(scope),
-                params=params,
+                params=envelope.params,
             )
         )
-        return await run_db(begin_stream, call, request_id, method, retry=False)
+        return await run_db(begin_stream, call, envelope.request_id, envelope.method, retry=False)
 
-    def unknown_agent(request_id: Any, exc: Exception) -> tuple[int, dict] | None:
-        return (404, agent_not_found(request_id, exc)) if isinstance(exc, AgentNotFound) else None
-
-    feed = await open_or_answer(send, request_id, method, opened, unknown_agent)
+    feed = await open_or_answer(send, envelope, opened)
     if feed is not None:
         await serve(feed, receive, send, kind="a2a")

@@ -16,28 +16,37 @@ from the models.
 
 from __future__ import annotations
 
+import uuid
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django.db import connection
 
-from agents.auth import identity_current_sql
+from agents.auth import AgentIdentity, identity_current_sql
 from agents.models import Agent
 from hikyaku import rows as sql_rows
 
 from .. import policy
-from ..a2a.wire import render_task
+from ..a2a.wire import Dialect, render_task
 from ..models import Task, TaskEvent
 from . import snapshot, sse
-
-if TYPE_CHECKING:
-    from .feeds import Batch, InboxFeed
+from .batch import Batch
 
 PAGE = 500  # events read per stream and statement; a full page is followed by another read
 # Streams per statement: SQLite allows 32,766 parameters, and a statement this size is
 # already well past the point where one more read per batch costs anything.
 CHUNK = 200
 Kind = TaskEvent.Kind
+
+
+class InboxFeed(Protocol):
+    """What the read needs of an inbox stream (messaging.stream.feeds.InboxFeed)."""
+
+    tenant_id: uuid.UUID
+    agent_id: uuid.UUID
+    identity: AgentIdentity
+    dialect: Dialect
+    cursor: int
 
 
 def _in_model_order(model: type, names: set[str]) -> tuple[str, ...]:
@@ -230,8 +239,6 @@ def _moments(rows: list[_Row]) -> dict[int, Task]:
 def read_inboxes(feeds: list[InboxFeed]) -> list[Batch]:
     """What each of `feeds` has after its cursor (advancing the cursors), in one statement
     per CHUNK streams. Runs on a stream DB thread."""
-    from .feeds import Batch
-
     batches = [Batch() for _ in feeds]
     frames: dict[tuple[int, Any, bool], bytes] = {}  # (event id, dialect, is a message)
     for start in range(0, len(feeds), CHUNK):

@@ -26,8 +26,9 @@ from hikyaku import metrics
 from hikyaku.errors import ServiceUnavailable
 
 from . import sse
+from .batch import Batch
 from .db import run_db
-from .feeds import Batch, Feed
+from .feeds import Feed
 from .hub import hub
 
 log = logging.getLogger(__name__)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import parse_qs
 
-import orjson
-
-from hikyaku.errors import HikyakuError, RateLimited, Unauthenticated
+from hikyaku import parsers
+from hikyaku.errors import HikyakuError, error_headers
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -33,13 +31,9 @@ _LINE_BREAKERS = (
 
 
 def encode(value: Any) -> bytes:
-    """`value` as compact UTF-8 JSON on one line. orjson, several times faster than the
-    standard library on a stream's task bodies; the standard library for what orjson refuses
-    (integers beyond 64 bits). Both write the same JSON value."""
-    try:
-        data = orjson.dumps(value)
-    except TypeError:
-        data = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    """`value` as compact UTF-8 JSON on one line (hikyaku.parsers.dumps, with the line
+    breakers above escaped)."""
+    data = parsers.dumps(value)
     if b"\xe2\x80" in data or b"\xc2\x85" in data:
         for raw, escaped in _LINE_BREAKERS:
             data = data.replace(raw, escaped)
@@ -90,9 +84,10 @@ async def start(send: Send, extra: Iterable[tuple[bytes, bytes]] = ()) -> None:
 
 
 async def send_json(
-    send: Send, status: int, body: Any, headers: Iterable[tuple[bytes, bytes]] = ()
+    send: Send, status: int, body: Any, headers: Iterable[tuple[str, str]] = ()
 ) -> None:
-    payload = encode(body)
+    """A JSON answer, written as the WSGI views write theirs (hikyaku.parsers.dumps)."""
+    payload = parsers.dumps(body)
     await send(
         {
             "type": "http.response.start",
@@ -100,22 +95,18 @@ async def send_json(
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(payload)).encode()),
-                *headers,
+                *(
+                    (name.lower().encode("latin-1"), value.encode("latin-1"))
+                    for name, value in headers
+                ),
             ],
         }
     )
     await send({"type": "http.response.body", "body": payload, "more_body": False})
 
 
-def error_headers(error: HikyakuError) -> list[tuple[bytes, bytes]]:
-    """The headers an error implies (the raw-ASGI twin of hikyaku.errors.decorate)."""
-    if isinstance(error, Unauthenticated):
-        return [(b"www-authenticate", b'Bearer realm="hikyaku"')]
-    if isinstance(error, RateLimited) and error.details:
-        return [(b"retry-after", str(error.details.get("retry_after", 60)).encode())]
-    return []
-
-
-async def send_error(send: Send, error: HikyakuError) -> None:
-    """A REST error envelope (docs/PROTOCOL.md §3)."""
-    await send_json(send, error.status, error.envelope(), error_headers(error))
+async def send_error(
+    send: Send, error: HikyakuError, headers: Iterable[tuple[str, str]] = ()
+) -> None:
+    """A REST error envelope (docs/PROTOCOL.md §3) with the headers the error implies."""
+    await send_json(send, error.status, error.envelope(), [*error_headers(error), *headers])

@@ -13,7 +13,7 @@ from agents.services import revoke_api_key
 from tenants.selectors import api_key_by_raw
 from tests import factories
 from tests.live import SSEClient
-from tests.messaging.test_streams import _assert_closes, send, texts
+from tests.messaging.test_streams import assert_closes, send, texts
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,7 +40,7 @@ def test_an_open_stream_closes_when_its_key_expires(broker, tenant):
         assert token_stream.next().event == "ready"
         assert not stream.closed.is_set()
         # Expiry is checked like revocation (every HIKYAKU_STREAM_CHECK_SECONDS).
-        _assert_closes(stream, timeout=10)
+        assert_closes(stream, timeout=10)
         assert not token_stream.closed.is_set()  # the agent's own token still holds
     finally:
         stream.close()
@@ -58,7 +58,7 @@ def test_rotating_keys_closes_only_the_old_keys_streams(broker, tenant):
         assert texts(old_stream.drain(2)) == ["before rotation"]
         assert texts(new_stream.drain(2)) == ["before rotation"]
         assert revoke_api_key(api_key=api_key_by_raw(old)) == 0  # not the last key
-        _assert_closes(old_stream)
+        assert_closes(old_stream)
         send(broker, alice, bob.id, "after rotation")
         deadline = time.monotonic() + 5
         received = []

@@ -22,7 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests import factories
 from tests.live import SSEClient
-from tests.messaging.test_streams import _assert_closes, texts
+from tests.messaging.test_streams import assert_closes, texts
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -174,7 +174,7 @@ def test_rotate_revoke_and_issue_take_effect_on_an_open_stream(broker, tenant):
     stream = subscribe(broker, bob.token)
     try:
         new = run("agenttoken", "rotate", "--tenant", "acme", "--agent", "bob")
-        _assert_closes(stream)
+        assert_closes(stream)
         assert refused(broker, bob.token) == 401
     finally:
         stream.close()
@@ -183,7 +183,7 @@ def test_rotate_revoke_and_issue_take_effect_on_an_open_stream(broker, tenant):
         assert "result" in rpc_send(broker, alice.token, bob.id, "to the new token")
         assert messages_on(stream, 1) == ["to the new token"]
         run("agenttoken", "revoke", "--tenant", "acme", "--agent", "bob")
-        _assert_closes(stream)
+        assert_closes(stream)
         assert refused(broker, new) == 401
     finally:
         stream.close()
@@ -203,7 +203,7 @@ def test_an_expiring_token_closes_its_stream_at_expiry(broker, tenant):
     stream = subscribe(broker, token)
     try:
         assert not stream.closed.is_set()
-        _assert_closes(stream, timeout=12)
+        assert_closes(stream, timeout=12)
         assert refused(broker, token) == 401
     finally:
         stream.close()
@@ -215,7 +215,7 @@ def test_disable_and_enable_take_effect_on_an_open_stream(broker, tenant):
     stream = subscribe(broker, bob.token)
     try:
         assert run("agent", "disable", "--tenant", "acme", "--agent", "bob").endswith("disabled.")
-        _assert_closes(stream)
+        assert_closes(stream)
         assert refused(broker, bob.token) == 401
         assert "error" in rpc_send(broker, alice.token, bob.id, "to a disabled agent")
     finally:

@@ -150,15 +150,15 @@ async def exercise_every_tool(client: Client, me: Agent, peer: Agent) -> None:
 
 def test_every_tool_over_stdio(register):
     me, peer = register("mcp-me"), register("peer")
-    run(lambda: _with(stdio_for(me), lambda c: exercise_every_tool(c, me, peer)))
+    run(lambda: session_with(stdio_for(me), lambda c: exercise_every_tool(c, me, peer)))
 
 
 def test_every_tool_over_streamable_http(register):
     me, peer = register("mcp-me"), register("peer")
-    run(lambda: _with(http_for(me), lambda c: exercise_every_tool(c, me, peer)))
+    run(lambda: session_with(http_for(me), lambda c: exercise_every_tool(c, me, peer)))
 
 
-async def _with(factory, body) -> None:
+async def session_with(factory, body) -> None:
     async with factory as client:
         await body(client)
 
@@ -189,7 +189,7 @@ def test_poll_filters_never_lose_items(register):
         assert again.structured_content["items"] == []
         assert again.content[0].text.startswith("Nothing new.")
 
-    run(lambda: _with(stdio_for(me), body))
+    run(lambda: session_with(stdio_for(me), body))
 
 
 def test_stdio_poll_backfills_what_arrived_before_it_started(register):
@@ -204,7 +204,7 @@ def test_stdio_poll_backfills_what_arrived_before_it_started(register):
             "NEW task" in polled.content[0].text and "while you were out" in polled.content[0].text
         )
 
-    run(lambda: _with(stdio_for(me), body))
+    run(lambda: session_with(stdio_for(me), body))
 
 
 def test_stdio_server_with_only_a_key_adopts_the_agent_it_registers(client_broker, api_key):
@@ -219,7 +219,7 @@ def test_stdio_server_with_only_a_key_adopts_the_agent_it_registers(client_broke
         assert who.structured_content["agent"]["name"] == "newcomer"
         assert (await call(client, "poll")).structured_content["items"] == []
 
-    run(lambda: _with(over_stdio(env), body))
+    run(lambda: session_with(over_stdio(env), body))
 
 
 def test_http_accepts_the_key_with_x_agent_id(register):
@@ -230,7 +230,7 @@ def test_http_accepts_the_key_with_x_agent_id(register):
         who = await call(client, "whoami")
         assert who.structured_content["agent"]["agent_id"] == me.agent_id
 
-    run(lambda: _with(over_http(me.url, headers), body))
+    run(lambda: session_with(over_http(me.url, headers), body))
 
 
 def test_http_refuses_missing_or_bad_credentials_and_foreign_hosts(client_broker, register):
@@ -286,7 +286,7 @@ def test_tool_errors_are_one_readable_line(register, transport):
         assert f"An agent named '{me.name}' is already registered" in taken.content[0].text
         assert "AGENT_NAME_TAKEN" in taken.content[0].text
 
-    run(lambda: _with(factory, body))
+    run(lambda: session_with(factory, body))
 
 
 def test_stdio_poll_never_echoes_the_agents_own_actions(register):
@@ -327,4 +327,4 @@ def test_stdio_poll_never_echoes_the_agents_own_actions(register):
             items = await news_until(client, task)
             assert [(i["event"], i["task"]["id"]) for i in items] == [("message", task)], items
 
-    run(lambda: _with(stdio_for(me), body))
+    run(lambda: session_with(stdio_for(me), body))

@@ -18,7 +18,7 @@ from mcp import Client
 
 from hikyaku_client.mcp_profiles import ALL, CORE
 from tests.client.conftest import HIKYAKU_MCP, LIVE_DB, base_env
-from tests.client.test_mcp import _with, call, http_for, over_http, over_stdio, poll_for, run
+from tests.client.test_mcp import call, http_for, over_http, over_stdio, poll_for, run, session_with
 from tests.live import ROOT
 
 pytestmark = LIVE_DB
@@ -56,7 +56,7 @@ def test_profiles_and_their_size_in_tokens(register):
             else:
                 assert names == ["send", "poll", "outbox"]  # in listing order
 
-        await _with(over_stdio({**me.env, "HIKYAKU_MCP_TOOLS": profile}), body)
+        await session_with(over_stdio({**me.env, "HIKYAKU_MCP_TOOLS": profile}), body)
 
     async def all_profiles() -> None:
         for profile in ("core", "all", "outbox,poll,send"):
@@ -124,7 +124,7 @@ def test_the_broker_serves_the_profile_its_environment_names(broker_factory, reg
         assert who.structured_content["agent"]["agent_id"] == me.agent_id
 
     headers = {"Authorization": f"Bearer {me.token}"}
-    run(lambda: _with(over_http(core_broker.url, headers), body))
+    run(lambda: session_with(over_http(core_broker.url, headers), body))
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
@@ -151,7 +151,7 @@ def test_tools_refuse_arguments_they_do_not_define(register, transport):
         assert other.run_json("whoami")["agent_id"] == other.agent_id
         assert other.run_json("poll") == []
 
-    run(lambda: _with(factory, body))
+    run(lambda: session_with(factory, body))
 
 
 def test_the_http_surface_speaks_for_itself(register):
@@ -171,7 +171,7 @@ def test_the_http_surface_speaks_for_itself(register):
         assert made.structured_content["adopted"] is False
         assert "call /mcp with 'Authorization: Bearer <agent_token>'" in made.content[0].text
 
-    run(lambda: _with(http_for(me), body))
+    run(lambda: session_with(http_for(me), body))
 
 
 def test_the_stdio_surface_keeps_its_own_texts(register):
@@ -186,7 +186,7 @@ def test_the_stdio_surface_keeps_its_own_texts(register):
             refused.is_error and "start hikyaku-mcp with HIKYAKU_API_KEY" in refused.content[0].text
         )
 
-    run(lambda: _with(over_stdio(me.env), body))  # an agent token and no tenant key
+    run(lambda: session_with(over_stdio(me.env), body))  # an agent token and no tenant key
 
 
 def expand_like_claude_code(value: str, env: dict[str, str]) -> str:
@@ -216,7 +216,7 @@ def test_the_plugins_server_acts_as_the_agent_in_the_environment(register):
     from mcp.client.stdio import stdio_client
 
     params = StdioServerParameters(command=command, args=declared["args"], env=base_env(**env))
-    run(lambda: _with(Client(stdio_client(params)), body))
+    run(lambda: session_with(Client(stdio_client(params)), body))
 
 
 def test_an_unexpanded_reference_is_named_in_the_error(client_broker):
@@ -229,4 +229,4 @@ def test_an_unexpanded_reference_is_named_in_the_error(client_broker):
             "HIKYAKU_AGENT_TOKEN arrived as an unexpanded ${…} reference" in result.content[0].text
         )
 
-    run(lambda: _with(over_stdio(env), body))
+    run(lambda: session_with(over_stdio(env), body))

@@ -17,7 +17,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from tests.client.conftest import HIKYAKU_MCP, LIVE_DB, base_env, hikyaku
-from tests.client.test_mcp import _with, call, run
+from tests.client.test_mcp import call, run, session_with
 from tests.client.test_mcp_profiles import expand_like_claude_code
 
 pytestmark = LIVE_DB
@@ -174,7 +174,7 @@ def test_setup_writes_what_the_client_reads_once_and_removes_it(
         assert who.structured_content["agent"]["agent_id"] == agent_id
         assert {t.name for t in (await mcp.list_tools()).tools} >= {"poll", "send", "complete"}
 
-    run(lambda: _with(Client(stdio_client(launch(client, scope, home, project))), body))
+    run(lambda: session_with(Client(stdio_client(launch(client, scope, home, project))), body))
 
     again = hikyaku(*args, env=env)
     assert again.returncode == 0, again.stderr

@@ -257,7 +257,7 @@ def test_events_written_by_another_process_arrive_through_the_catch_up_scan(
         stream.close()
 
 
-def _assert_closes(stream: SSEClient, timeout: float = 6) -> None:
+def assert_closes(stream: SSEClient, timeout: float = 6) -> None:
     events = []
     deadline = time.monotonic() + timeout
     while not stream.closed.is_set() and time.monotonic() < deadline:
@@ -281,7 +281,7 @@ def test_stream_closes_when_its_api_key_is_revoked(broker, tenant, alice):
         assert stream.next().event == "ready"
         key = ApiKey.objects.get(label="to revoke")
         agent_services.revoke_api_key(api_key=key)
-        _assert_closes(stream)
+        assert_closes(stream)
     finally:
         stream.close()
     refused = httpx.get(
@@ -297,7 +297,7 @@ def test_stream_closes_when_the_agent_token_is_rotated(broker, alice):
     stream = subscribe(broker, alice)
     try:
         agent_services.rotate_agent_token(agent=alice.refresh())
-        _assert_closes(stream)
+        assert_closes(stream)
     finally:
         stream.close()
 
@@ -310,7 +310,7 @@ def test_stream_closes_when_the_agent_is_deregistered_or_disabled(broker, alice,
             agent_services.deregister_agent(agent=alice.refresh())
         else:
             agent_services.set_agent_enabled(agent=alice.refresh(), enabled=False)
-        _assert_closes(stream)
+        assert_closes(stream)
     finally:
         stream.close()
 
