@@ -15,13 +15,19 @@ streaming response: docs/MEASUREMENTS.md); everything else goes to Django's ASGI
                                                 → A2A streaming on an agent's own endpoint
                                                   (messaging/stream/peer.py), likewise
 - `/mcp`                                        → MCP over Streamable HTTP (messaging/mcp_http.py)
+- any other `POST /` and `POST /a2a/`           → the agents' hot path (hikyaku/lean.py) on a
+                                                  small pool of threads that keep their
+                                                  database connections (HIKYAKU_API_THREADS)
 
 The lifespan protocol starts and stops the per-process stream hub and the MCP session
 manager (both also start lazily on first use, for servers without lifespan support).
 """
 
+import asyncio
 import logging
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 from django.core.asgi import get_asgi_application
@@ -33,10 +39,11 @@ django_application = get_asgi_application()
 # On the embedded SQLite default, `manage.py restore` refuses while this process runs.
 hold_server_lock(settings.DATABASES["default"])
 
-from hikyaku import error_pages  # noqa: E402
+from hikyaku import error_pages, lean  # noqa: E402
 from messaging import mcp_http  # noqa: E402  (needs the app registry set up above)
 from messaging.a2a import jsonrpc  # noqa: E402
 from messaging.stream import a2a, inbox, peer, sse, web  # noqa: E402
+from messaging.stream.db import ready_connection  # noqa: E402
 from messaging.stream.hub import hub  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -92,6 +99,49 @@ async def _guarded(handler, scope, receive, send, *args) -> None:
         if started:
             raise
         await sse.send_json(send, 500, error_pages.machine_body(scope["path"], 500))
+
+
+_api_pool: ThreadPoolExecutor | None = None
+_api_pool_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """Threads for the hot path: a fixed few, each keeping its database connection (not a
+    thread per request, as Django's ASGI handler starts: docs/MEASUREMENTS.md)."""
+    global _api_pool
+    if _api_pool is None:
+        with _api_pool_lock:
+            if _api_pool is None:
+                _api_pool = ThreadPoolExecutor(
+                    max_workers=settings.HIKYAKU_API_THREADS, thread_name_prefix="hikyaku-api"
+                )
+    return _api_pool
+
+
+def _answer_in_thread(path: str, headers: dict[str, str], body: bytes):
+    ready_connection()
+    return lean.answer(
+        path=path, header=lambda name: headers.get(name.lower()), body=body, signal=False
+    )
+
+
+async def _lean(scope, body: bytes, send) -> bool:
+    """Answer a hot-path request (hikyaku/lean.py); False when Django must answer it."""
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    loop = asyncio.get_running_loop()
+    served = await loop.run_in_executor(_pool(), _answer_in_thread, scope["path"], headers, body)
+    if served is None:
+        return False
+    status, response_headers, out = served
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response_headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": out})
+    return True
 
 
 def _replay(messages: list[dict], receive):
@@ -150,6 +200,12 @@ async def application(scope, receive, send):
                 return
             if envelope is not None:
                 await _guarded(a2a.jsonrpc_stream, scope, receive, send, envelope)
+                return
+            if (
+                not peer_path
+                and lean.applies(method, path, len(body))
+                and await _lean(scope, body, send)
+            ):
                 return
             receive = _replay(messages, receive)
     await django_application(scope, receive, send)

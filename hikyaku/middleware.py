@@ -60,6 +60,9 @@ API_DOCS_CONTENT_SECURITY_POLICY = (
 )
 
 
+PERMISSIONS_POLICY = "camera=(), microphone=(), geolocation=(), payment=()"
+
+
 @sync_and_async_middleware
 def security_headers_middleware(get_response):
     """Set CSP (with frame-ancestors 'none'), a referrer policy and a permissions policy.
@@ -75,9 +78,7 @@ def security_headers_middleware(get_response):
                 API_DOCS_CONTENT_SECURITY_POLICY if docs else CONTENT_SECURITY_POLICY
             )
         response.headers.setdefault("Referrer-Policy", "same-origin")
-        response.headers.setdefault(
-            "Permissions-Policy", "camera=(), microphone=(), geolocation=(), payment=()"
-        )
+        response.headers.setdefault("Permissions-Policy", PERMISSIONS_POLICY)
         return response
 
     if iscoroutinefunction(get_response):

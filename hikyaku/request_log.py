@@ -60,11 +60,15 @@ def tag_request(request: Any, **fields: Any) -> None:
         existing.update(fields)
 
 
-def _request_id(request: HttpRequest) -> str:
-    incoming = request.META.get("HTTP_X_REQUEST_ID")
+def request_id_of(incoming: str | None) -> str:
+    """The caller's `X-Request-Id` when it is a sane token, else a new one."""
     if incoming and _REQUEST_ID.fullmatch(incoming):
         return incoming
     return os.urandom(16).hex()
+
+
+def _request_id(request: HttpRequest) -> str:
+    return request_id_of(request.META.get("HTTP_X_REQUEST_ID"))
 
 
 def _route(request: HttpRequest, status: int) -> str:
@@ -90,36 +94,56 @@ def _static_prefix() -> str:
 def _finish(
     request: HttpRequest, response: HttpResponseBase, started: float, request_id: str
 ) -> HttpResponseBase:
-    seconds = perf_counter() - started
     status = response.status_code
-    method = request.method if request.method in _METHODS else "OTHER"
-    route = _route(request, status)
-    metrics.observe_request(route, method, status, seconds)
     response["X-Request-Id"] = request_id
-    if settings.HIKYAKU_REQUEST_LOG:
-        level = logging.DEBUG if route in _QUIET_ROUTES else logging.INFO
-        if log.isEnabledFor(level):
-            duration_ms = round(seconds * 1000, 2)
-            fields = {
-                "request_id": request_id,
-                "method": method,
-                "route": route,
-                "path": request.path,
-                "status": status,
-                "duration_ms": duration_ms,
-            }
-            extra = getattr(request, "hikyaku_log", None)
-            if extra:
-                for key, value in extra.items():
-                    if key not in _CORE_FIELDS and key not in STANDARD_ATTRIBUTES:
-                        # Some values echo the caller (a JSON-RPC method name): keep them short.
-                        if isinstance(value, str) and len(value) > 200:
-                            value = value[:200] + "…"
-                        fields[key] = value
-            log.log(
-                level, "%s %s %s %.1fms", method, request.path, status, duration_ms, extra=fields
-            )
+    record(
+        request_id=request_id,
+        method=request.method,
+        route=_route(request, status),
+        path=request.path,
+        status=status,
+        seconds=perf_counter() - started,
+        extra=getattr(request, "hikyaku_log", None),
+    )
     return response
+
+
+def record(
+    *,
+    request_id: str,
+    method: str | None,
+    route: str,
+    path: str,
+    status: int,
+    seconds: float,
+    extra: dict[str, Any] | None,
+) -> None:
+    """Count one answered request and log its line: for Django's requests (the middleware)
+    and for those answered in front of Django (hikyaku/lean.py) alike."""
+    method = method if method in _METHODS else "OTHER"
+    metrics.observe_request(route, method, status, seconds)
+    if not settings.HIKYAKU_REQUEST_LOG:
+        return
+    level = logging.DEBUG if route in _QUIET_ROUTES else logging.INFO
+    if not log.isEnabledFor(level):
+        return
+    duration_ms = round(seconds * 1000, 2)
+    fields = {
+        "request_id": request_id,
+        "method": method,
+        "route": route,
+        "path": path,
+        "status": status,
+        "duration_ms": duration_ms,
+    }
+    if extra:
+        for key, value in extra.items():
+            if key not in _CORE_FIELDS and key not in STANDARD_ATTRIBUTES:
+                # Some values echo the caller (a JSON-RPC method name): keep them short.
+                if isinstance(value, str) and len(value) > 200:
+                    value = value[:200] + "…"
+                fields[key] = value
+    log.log(level, "%s %s %s %.1fms", method, path, status, duration_ms, extra=fields)
 
 
 @sync_and_async_middleware

@@ -1,6 +1,8 @@
 """WSGI entry point: the request/response server in production (see README, Topology).
 
-Agents' JSON-RPC calls (`POST /`, `/a2a/`, `/a2a/agents/<id>/`) are most of the traffic and
+The broker's JSON-RPC calls (`POST /`, `POST /a2a/`) are most of the traffic: they are
+answered in front of Django's handler (hikyaku/lean.py). Other calls of agents — an agent's
+own endpoint `POST /a2a/agents/<id>/`, and the broker's when lean.py leaves them to Django —
 are authenticated by bearer credentials on every request, so they skip the middleware that
 serves browsers — sessions, CSRF, messages, the auth user, allauth, APPEND_SLASH: a second
 handler runs them with only what applies to them (request log, security headers, body
@@ -8,6 +10,7 @@ limit, frame options). Everything else, the web UI and admin included, gets the 
 settings.MIDDLEWARE.
 """
 
+import io
 import os
 import re
 
@@ -45,13 +48,38 @@ def api_handler() -> WSGIHandler:
         settings.MIDDLEWARE = full
 
 
+def _content_length(environ) -> int | None:
+    try:
+        return int(environ["CONTENT_LENGTH"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _header_reader(environ):
+    def header(name: str) -> str | None:
+        return environ.get("HTTP_" + name.upper().replace("-", "_"))
+
+    return header
+
+
 def _application():
     site = get_wsgi_application()
     api = api_handler()
+    from hikyaku import lean  # needs the apps loaded above
 
     def application(environ, start_response):
         path = environ.get("PATH_INFO", "")
-        if environ.get("REQUEST_METHOD") == "POST" and JSONRPC_PATH.match(path):
+        method = environ.get("REQUEST_METHOD")
+        length = _content_length(environ)
+        if lean.applies(method, path, length):
+            body = environ["wsgi.input"].read(length) if length else b""
+            served = lean.answer(path=path, header=_header_reader(environ), body=body)
+            if served is not None:
+                status, headers, out = served
+                start_response(lean.status_line(status), headers)
+                return [out]
+            environ["wsgi.input"] = io.BytesIO(body)  # Django answers it after all
+        if method == "POST" and JSONRPC_PATH.match(path):
             return api(environ, start_response)
         return site(environ, start_response)
 

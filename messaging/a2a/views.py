@@ -16,17 +16,14 @@ from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.views.decorators.csrf import csrf_exempt
 
-from agents.auth import authenticate_agent, client_address
+from agents.auth import client_address
 from hikyaku import parsers
 from hikyaku.errors import HikyakuError
 
-from ..parties import Sender
 from ..stream import a2a as broker_stream
 from ..stream import peer as peer_stream
 from ..stream.serve import polled_response
-from . import jsonrpc, peer
-from .methods import METHODS
-from .wire import dialect_for
+from . import endpoint, jsonrpc, peer
 
 
 def _respond(body: dict[str, Any], status: int = 200, headers=()) -> HttpResponse:
@@ -57,39 +54,23 @@ def _not_post() -> HttpResponse:
 
 @csrf_exempt
 def broker_jsonrpc(request: HttpRequest) -> HttpResponse:
+    """The broker's endpoint (messaging/a2a/endpoint.py) for requests that reach Django."""
     if request.method != "POST":
         if request.path == "/" and request.method in ("GET", "HEAD"):
             return HttpResponseRedirect("/ui/")
         return _not_post()
-    envelope = _envelope(request)
-    if isinstance(envelope, HttpResponse):
-        return envelope
-    request_id, method = envelope.request_id, envelope.method
-    try:
-        dialect = dialect_for(request.headers.get("A2A-Version"))
-        identity = authenticate_agent(
-            authorization=request.headers.get("Authorization"),
-            agent_id=request.headers.get("X-Agent-Id"),
+    answer = endpoint.broker(header=request.headers.get, body=request.body)
+    request.hikyaku_log = answer.log
+    if isinstance(answer, endpoint.Streaming):
+        return polled_response(
+            lambda: broker_stream.begin(
+                answer.identity, answer.call, answer.request_id, answer.method
+            )
         )
-        request.hikyaku_log = {
-            "tenant_id": str(identity.tenant.id),
-            "agent_id": str(identity.agent.id),
-            "rpc_method": method,
-        }
-        call = jsonrpc.Call(
-            sender=Sender(tenant=identity.tenant, agent=identity.agent),
-            dialect=dialect,
-            params=envelope.params,
-        )
-        if envelope.streaming:
-            return polled_response(lambda: broker_stream.begin(identity, call, request_id, method))
-        handler = METHODS.get(method)
-        if handler is None:
-            return _respond(jsonrpc.method_not_found(request_id, method))
-        result = handler(call)
-    except (HikyakuError, DatabaseError) as exc:
-        return _error(request_id, exc, method)
-    return _respond(jsonrpc.result(request_id, result))
+    response = HttpResponse(answer.body, content_type="application/json", status=answer.status)
+    for name, value in answer.headers:
+        response[name] = value
+    return response
 
 
 @csrf_exempt

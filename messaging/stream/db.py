@@ -40,13 +40,19 @@ def executor() -> ThreadPoolExecutor:
     return _executor
 
 
-def _call(fn: Callable[..., T], args: tuple, retry: bool) -> T:
+def ready_connection() -> None:
+    """For a thread that keeps its connection across calls, before each call: what
+    close_old_connections() does, minus the CONN_MAX_AGE expiry (a connection an error left
+    unusable is closed, to be opened again by the next query)."""
     if connection.errors_occurred:
-        # What close_old_connections() does, minus the CONN_MAX_AGE expiry.
         if connection.connection is not None and connection.is_usable():
             connection.errors_occurred = False
         else:
             connection.close()
+
+
+def _call(fn: Callable[..., T], args: tuple, retry: bool) -> T:
+    ready_connection()
     try:
         return fn(*args)
     except (OperationalError, InterfaceError):

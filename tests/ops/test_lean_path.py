@@ -1,0 +1,166 @@
+"""The agents' hot path (hikyaku/lean.py) answers exactly what Django's API chain answers.
+
+`POST /` and `POST /a2a/` are served in front of Django's handler by the WSGI application and
+the ASGI dispatcher. Each request below is sent to the production WSGI application and, with
+the same environ, to the Django handler that served these calls before (hikyaku.wsgi's API
+middleware chain): the status, the body and every header but the per-request id must be the
+same, and the request log and metrics must see the call alike.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+
+from tests import factories
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _environ(path: str, body: bytes, headers: dict) -> dict:
+    return {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": path,
+        "QUERY_STRING": "",
+        "SERVER_NAME": "localhost",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(body)),
+        "HTTP_HOST": "localhost",
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.errors": io.StringIO(),
+        "wsgi.url_scheme": "http",
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+        "wsgi.version": (1, 0),
+        **{f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()},
+    }
+
+
+def _call(app, path: str, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
+    captured = {}
+
+    def start_response(status, response_headers, exc_info=None):
+        captured["status"] = int(status.split()[0])
+        captured["headers"] = response_headers
+
+    out = b"".join(app(_environ(path, body, headers), start_response))
+    merged: dict[str, list[str]] = {}
+    for name, value in captured["headers"]:
+        merged.setdefault(name.lower(), []).append(value)
+    return captured["status"], merged, out
+
+
+def _both(path: str, body: bytes, headers: dict) -> tuple[tuple, tuple]:
+    from hikyaku.wsgi import api_handler, application
+
+    lean = _call(application, path, body, headers)
+    django = _call(api_handler(), path, body, headers)
+    return lean, django
+
+
+@pytest.fixture
+def pair(tenant, settings):
+    settings.ALLOWED_HOSTS = ["localhost"]
+    return factories.agent(tenant, name="alice"), factories.agent(tenant, name="bob")
+
+
+def _rpc(method: str, params: dict, request_id=1) -> bytes:
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    ).encode()
+
+
+def _send(to: str, message_id: str = "lean-1") -> bytes:
+    message = {
+        "messageId": message_id,
+        "role": "ROLE_USER",
+        "parts": [{"text": "über the hot path"}, {"data": {"n": 1, "big": 10**30}}],
+        "metadata": {"destination": to},
+    }
+    return _rpc("SendMessage", {"message": message})
+
+
+def _cases(alice, bob):
+    token = {"Authorization": f"Bearer {alice.token}"}
+    v1 = {**token, "A2A-Version": "1.0"}
+    return [
+        ("/a2a/", _send(bob.id), v1),  # the second call replays the first send
+        ("/", _send(bob.id, "lean-0.3"), token),
+        (
+            "/a2a/",
+            _rpc("ListTasks", {"status": "unread"}),
+            {"Authorization": f"Bearer {bob.token}", "A2A-Version": "1.0"},
+        ),
+        ("/a2a/", _rpc("GetTask", {"id": "00000000-0000-0000-0000-000000000000"}), v1),
+        ("/a2a/", _rpc("NoSuchMethod", {}), v1),
+        ("/a2a/", b"{not json", v1),
+        ("/a2a/", _rpc("GetTask", {"id": "x"}), {"Authorization": "Bearer hka_wrong"}),
+        ("/a2a/", _rpc("GetTask", {"id": "x"}), {**token, "A2A-Version": "9.0"}),
+        ("/a2a/", _rpc("SendMessage", {"message": {"parts": []}}), v1),
+    ]
+
+
+def test_every_answer_equals_the_django_chains(pair):
+    alice, bob = pair
+    for path, body, headers in _cases(alice, bob):
+        (lean_status, lean_headers, lean_body), (status, django_headers, django_body) = _both(
+            path, body, headers
+        )
+        assert (lean_status, json.loads(lean_body)) == (status, json.loads(django_body)), body
+        assert lean_body == django_body
+        for name in ("x-request-id", "content-length"):
+            lean_headers.pop(name), django_headers.pop(name, None)
+        assert lean_headers == django_headers, body
+
+
+def test_the_hot_path_keeps_the_callers_request_id_and_logs_and_counts_the_call(pair, caplog):
+    from hikyaku import metrics
+    from hikyaku.wsgi import application
+
+    alice, bob = pair
+    before = metrics.REQUESTS.labels(route="a2a", method="POST", status="200")._value.get()
+    with caplog.at_level(logging.INFO, logger="hikyaku.request"):
+        status, headers, body = _call(
+            application,
+            "/a2a/",
+            _send(bob.id, "logged"),
+            {
+                "Authorization": f"Bearer {alice.token}",
+                "A2A-Version": "1.0",
+                "X-Request-Id": "abc-123",
+            },
+        )
+    assert status == 200 and headers["x-request-id"] == ["abc-123"]
+    (line,) = [r for r in caplog.records if r.name == "hikyaku.request"]
+    assert line.getMessage().startswith("POST /a2a/ 200")
+    assert (line.request_id, line.route, line.rpc_method) == ("abc-123", "a2a", "SendMessage")
+    assert (line.tenant_id, line.agent_id) == (str(alice.model.tenant_id), alice.id)
+    assert (
+        metrics.REQUESTS.labels(route="a2a", method="POST", status="200")._value.get() == before + 1
+    )
+
+
+def test_what_the_hot_path_leaves_to_django_still_works(pair, settings):
+    """An oversized body, a streaming method and a GET are Django's to answer."""
+    from hikyaku.wsgi import application
+
+    alice, bob = pair
+    status, _, _ = _call(
+        application, "/a2a/", b"{" + b" " * settings.HIKYAKU_MAX_BODY_BYTES + b"}", {}
+    )
+    assert status == 413
+    settings.SECURE_HSTS_SECONDS = 3600  # a setting the hot path does not reproduce
+    status, headers, body = _call(
+        application,
+        "/a2a/",
+        _send(bob.id, "hsts"),
+        {"Authorization": f"Bearer {alice.token}", "A2A-Version": "1.0"},
+    )
+    assert status == 200 and json.loads(body)["result"]["task"]["id"]
