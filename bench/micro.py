@@ -4,7 +4,9 @@ For comparing two versions of the code on a machine other work shares. The full 
 (`bench.run`) reads the server processes' CPU while a load runs, which is the figure the
 targets are about, but neighbours on the same cores inflate it by tens of percent from run
 to run. This runs the same requests one at a time through Django's full middleware stack
-(test client, no network, no WSGI server) and reads two clocks only: this thread's CPU and
+(test client, no network, no WSGI server) — or, with `--wsgi`, through the production WSGI
+application (hikyaku/wsgi.py: the agents' hot path, hikyaku/lean.py) called as a WSGI server
+calls it — and reads two clocks only: this thread's CPU and
 the CPU of the one Postgres backend serving it (/proc/<pid>/stat). Both count work done, not
 time waited, so they move little with the machine's load. The web figure lacks the WSGI
 server's own share (compare `bench.run`'s floor), and nothing here is concurrent.
@@ -16,6 +18,7 @@ adds a tenant per run) and optionally REDIS_URL.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import time
@@ -37,6 +40,9 @@ def main() -> None:
     parser.add_argument("--broadcasts", type=int, default=50)
     parser.add_argument("--agents", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5, help="report the least of rounds")
+    parser.add_argument(
+        "--wsgi", action="store_true", help="call hikyaku.wsgi.application, not the test client"
+    )
     args = parser.parse_args()
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hikyaku.settings")
@@ -44,7 +50,9 @@ def main() -> None:
     # As in production (DEBUG records every query, which costs more than some queries do).
     os.environ.setdefault("DJANGO_DEBUG", "false")
     os.environ.setdefault("DJANGO_SECRET_KEY", f"micro-{uuid.uuid4().hex}{uuid.uuid4().hex}")
-    os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "testserver")
+    os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "testserver,localhost")
+    # Like the benchmark's web processes: one connection across requests.
+    os.environ.setdefault("DATABASE_CONN_MAX_AGE", "600")
     import django
 
     django.setup()
@@ -60,16 +68,51 @@ def main() -> None:
     key = tenant_services.create_api_key(tenant=tenant, label="bench micro").raw_key
     client = Client()
 
+    wsgi = None
+    if args.wsgi:
+        from hikyaku.wsgi import application as wsgi
+
+    def call_wsgi(path: str, payload: bytes, token: str) -> tuple[int, bytes]:
+        environ = {
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": path,
+            "QUERY_STRING": "",
+            "SERVER_NAME": "localhost",
+            "SERVER_PORT": "80",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "REMOTE_ADDR": "127.0.0.1",
+            "CONTENT_TYPE": "application/json",
+            "CONTENT_LENGTH": str(len(payload)),
+            "HTTP_HOST": "localhost",
+            "HTTP_AUTHORIZATION": f"Bearer {token}",
+            "HTTP_A2A_VERSION": "1.0",
+            "wsgi.input": io.BytesIO(payload),
+            "wsgi.errors": io.StringIO(),
+            "wsgi.url_scheme": "http",
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": True,
+            "wsgi.run_once": False,
+            "wsgi.version": (1, 0),
+        }
+        status = []
+        out = b"".join(wsgi(environ, lambda s, h, e=None: status.append(int(s.split()[0]))))
+        return status[0], out
+
     def post(path: str, body: Any, token: str) -> dict:
-        resp = client.post(
-            path,
-            data=json.dumps(body),
-            content_type="application/json",
-            headers={"authorization": f"Bearer {token}", "a2a-version": "1.0"},
-        )
-        if resp.status_code not in (200, 201):
-            raise SystemExit(f"HTTP {resp.status_code} {resp.content[:300]!r}")
-        data = resp.json()
+        payload = json.dumps(body).encode()
+        if wsgi is not None and path != "/api/v1/agents":
+            status, content = call_wsgi(path, payload, token)
+        else:
+            resp = client.post(
+                path,
+                data=payload,
+                content_type="application/json",
+                headers={"authorization": f"Bearer {token}", "a2a-version": "1.0"},
+            )
+            status, content = resp.status_code, resp.content
+        if status not in (200, 201):
+            raise SystemExit(f"HTTP {status} {content[:300]!r}")
+        data = json.loads(content)
         if "error" in data:
             raise SystemExit(f"JSON-RPC error: {data['error']}")
         return data
