@@ -146,6 +146,12 @@ def _parse_message_sdk(
         raise InvalidRequest(f"Invalid {field}: {first['msg']}", details={"field": field}) from None
     except (TypeError, ValueError) as exc:
         raise InvalidRequest(f"Invalid message: {exc}", details={"field": "message"}) from None
+    except OverflowError:
+        # Protobuf's Struct (metadata, data parts) holds every number as a double.
+        raise InvalidRequest(
+            "Invalid message: a number is too large (metadata and data hold doubles).",
+            details={"field": "message"},
+        ) from None
     if not proto.message_id:
         raise InvalidRequest(
             "message.messageId is required.", details={"field": "message.messageId"}

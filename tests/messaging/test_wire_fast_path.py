@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from a2a.compat.v0_3 import conversions
 from a2a.types import Message, StreamResponse, Task
+from django.test import Client
 from google.protobuf.json_format import ParseDict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,6 +27,7 @@ from hikyaku.errors import InvalidRequest
 from messaging.a2a import protojson, render_v03, wire
 from messaging.a2a.protojson import Unhandled
 from messaging.a2a.wire import Dialect
+from tests.messaging import rpc
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 V1, V03 = Dialect.V1_0, Dialect.V0_3
@@ -362,6 +364,7 @@ FALLBACK_V1 = [
     {"messageId": "m", "role": "user", "parts": TEXT},  # the other dialect's spelling
     {"messageId": "m", "parts": [{"raw": "-_8"}]},  # base64 that protobuf normalises
     {"messageId": "m", "parts": [{"raw": "QQ"}]},  # unpadded
+    {"messageId": "m", "parts": [{"raw": "QR=="}]},  # stray bits protobuf drops
     {"messageId": "m", "parts": TEXT, "[ext.name]": 1},  # an extension name
     {"messageId": 7, "parts": TEXT},  # a wrong type
     {"messageId": "m", "parts": {"text": "hi"}},
@@ -392,6 +395,7 @@ FALLBACK_V03 = [
         "parts": [{"kind": "file", "file": {"uri": "u", "bytes": ""}}],
     },
     {"messageId": "m", "role": "user", "parts": [{"kind": "file", "file": {"bytes": "QQ"}}]},
+    {"messageId": "m", "role": "user", "parts": [{"kind": "file", "file": {"bytes": "QR=="}}]},
     {
         "messageId": "m",
         "role": "user",
@@ -454,6 +458,39 @@ def test_errors_keep_their_wording():
     assert (
         parse({"role": "user", "parts": []}, V03)[1] == "Invalid message.messageId: Field required"
     )
+
+
+def test_a_number_no_float_holds_is_a_clear_error():
+    """Protobuf's Struct cannot hold a 400-digit integer: -32602, not an HTTP 500."""
+    data = {"messageId": "m", "parts": [{"data": {"n": 10**400}}]}
+    meta = {"messageId": "m", "role": "user", "parts": [], "metadata": {"n": 10**400}}
+    for raw, dialect in ((data, V1), (meta, V03)):
+        with pytest.raises(InvalidRequest) as caught:
+            wire.parse_message(raw, dialect)
+        assert caught.value.details == {"field": "message"}
+        assert "a number is too large" in str(caught.value)
+
+
+def test_a_number_no_float_holds_is_a_json_rpc_error(agent, peer):
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "SendMessage",
+            "params": {
+                "message": {**rpc.message(to=str(peer.id)), "parts": [{"data": {"n": 10**400}}]}
+            },
+        }
+    )
+    response = Client(raise_request_exception=False).post(
+        "/a2a/",
+        body,
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {agent.token}",
+        HTTP_A2A_VERSION="1.0",
+    )
+    assert response.status_code == 200
+    assert response.json()["error"]["code"] == -32602
 
 
 TASK = {"id": "t", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}
