@@ -37,9 +37,12 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def string(value: Any) -> str:
-    """A string as a protobuf string field or Struct value takes it."""
+    """A string as a protobuf string field or Struct value takes it, and gives it back (a
+    plain `str`, also for a subclass such as a TextChoices member)."""
     if type(value) is not str:
-        raise Unhandled
+        if not isinstance(value, str):
+            raise Unhandled
+        value = str.__str__(value)
     if not value.isascii() and _SURROGATE.search(value):
         raise Unhandled
     return value
@@ -53,15 +56,13 @@ def strings(value: Any) -> list[str]:
     """A repeated string field (`extensions`, `referenceTaskIds`)."""
     if type(value) is not list:
         raise Unhandled
-    for item in value:
-        string(item)
-    return list(value)
+    return [string(item) for item in value]
 
 
 def struct_value(value: Any, depth: int = 0) -> Any:
     """`value` after a round trip through `google.protobuf.Value`: numbers become floats."""
     kind = type(value)
-    if kind is str:
+    if isinstance(value, str):
         return string(value)
     if kind is int:
         try:
@@ -97,7 +98,7 @@ def check_value(value: Any, depth: int = 0) -> None:
     """Raise `Unhandled` unless `value` survives a round trip through `google.protobuf.Value`
     (for what the 1.0 dialect keeps as sent)."""
     kind = type(value)
-    if kind is str:
+    if isinstance(value, str):
         string(value)
     elif kind is int:
         try:
@@ -163,11 +164,12 @@ def message_v1(raw: dict[str, Any], *, ignore_unknown_fields: bool = False) -> d
         _skip_unknown(raw, _MESSAGE_V1, ignore_unknown_fields)
     message: dict[str, Any] = {}
     for key in ("messageId", "contextId", "taskId"):
-        if key in raw and string(raw[key]):
-            message[key] = raw[key]
+        value = string(raw[key]) if key in raw else ""
+        if value:
+            message[key] = value
     role = raw.get("role", "ROLE_UNSPECIFIED")
     if role == "ROLE_USER" or role == "ROLE_AGENT":
-        message["role"] = role
+        message["role"] = string(role)
     elif role != "ROLE_UNSPECIFIED":
         raise Unhandled
     parts = raw.get("parts", [])
@@ -214,8 +216,9 @@ def _part_v1(raw: Any, ignore_unknown_fields: bool) -> dict[str, Any]:
     if "metadata" in raw:
         part["metadata"] = struct(raw["metadata"])
     for key in ("filename", "mediaType"):
-        if key in raw and string(raw[key]):
-            part[key] = raw[key]
+        value = string(raw[key]) if key in raw else ""
+        if value:
+            part[key] = value
     return part
 
 
@@ -247,8 +250,9 @@ def message_v03(raw: dict[str, Any]) -> dict[str, Any]:
         raise Unhandled
     message: dict[str, Any] = {}
     for key in ("messageId", "contextId", "taskId"):
-        if optional_string(raw.get(key)):
-            message[key] = raw[key]
+        value = optional_string(raw.get(key))
+        if value:
+            message[key] = value
     message["role"] = _ROLES_V03[role]
     if parts:
         message["parts"] = [_part_v03(part) for part in parts]

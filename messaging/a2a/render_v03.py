@@ -88,7 +88,7 @@ def status(body: Any) -> dict[str, Any]:
     if "message" in body:
         out["message"] = message(body["message"])
     state = body.get("state", "TASK_STATE_UNSPECIFIED")
-    if type(state) is not str or state not in _STATES:
+    if not isinstance(state, str) or state not in _STATES:
         raise Unhandled
     out["state"] = _STATES[state]
     if "timestamp" in body:
@@ -98,7 +98,7 @@ def status(body: Any) -> dict[str, Any]:
 
 def timestamp(value: Any) -> str:
     """An RFC 3339 UTC timestamp as protobuf's Timestamp prints it back."""
-    match = _TIMESTAMP.fullmatch(value) if type(value) is str else None
+    match = _TIMESTAMP.fullmatch(value) if isinstance(value, str) else None
     if match is None:
         raise Unhandled
     year, month, day, hour, minute, second, fraction = match.groups()
@@ -121,8 +121,9 @@ def message(body: Any) -> dict[str, Any]:
     """A 1.0 Message as a 0.3 Message."""
     body = _fields(body, _MESSAGE)
     out: dict[str, Any] = {}
-    if string(body.get("contextId", "")):
-        out["contextId"] = body["contextId"]
+    context_id = string(body.get("contextId", ""))
+    if context_id:
+        out["contextId"] = context_id
     extensions = strings(body.get("extensions", []))
     if extensions:
         out["extensions"] = extensions
@@ -143,8 +144,9 @@ def message(body: Any) -> dict[str, Any]:
         out["role"] = "agent"
     else:
         raise Unhandled
-    if string(body.get("taskId", "")):
-        out["taskId"] = body["taskId"]
+    task_id = string(body.get("taskId", ""))
+    if task_id:
+        out["taskId"] = task_id
     return out
 
 
@@ -202,15 +204,17 @@ def artifact(body: Any) -> dict[str, Any]:
     """A 1.0 Artifact as a 0.3 Artifact."""
     body = _fields(body, _ARTIFACT)
     out: dict[str, Any] = {"artifactId": string(body.get("artifactId", ""))}
-    if string(body.get("description", "")):
-        out["description"] = body["description"]
+    description = string(body.get("description", ""))
+    if description:
+        out["description"] = description
     extensions = strings(body.get("extensions", []))
     if extensions:
         out["extensions"] = extensions
     if "metadata" in body:
         out["metadata"] = struct(body["metadata"])
-    if string(body.get("name", "")):
-        out["name"] = body["name"]
+    name = string(body.get("name", ""))
+    if name:
+        out["name"] = name
     out["parts"] = [part(p) for p in _list(body.get("parts", []))]
     return out
 

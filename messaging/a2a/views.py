@@ -4,7 +4,6 @@ Kept off DRF and as lean as possible: it is the hottest path of the broker."""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -28,17 +27,13 @@ from ..parties import Sender
 from ..stream.a2a import STREAMING_METHODS, wsgi_response
 from . import errors
 from .methods import METHODS, Call
-from .wire import dialect_for
+from .wire import dialect_for, json_bytes
 
 log = logging.getLogger(__name__)
 
 
 def _json(body: dict[str, Any], status: int = 200) -> HttpResponse:
-    return HttpResponse(
-        json.dumps(body, ensure_ascii=False, separators=(",", ":")),
-        content_type="application/json",
-        status=status,
-    )
+    return HttpResponse(json_bytes(body), content_type="application/json", status=status)
 
 
 class EnvelopeError(Exception):

@@ -27,6 +27,7 @@ from hikyaku.errors import InvalidRequest
 from messaging.a2a import protojson, render_v03, wire
 from messaging.a2a.protojson import Unhandled
 from messaging.a2a.wire import Dialect
+from messaging.models import TaskEvent
 from tests.messaging import rpc
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -348,6 +349,25 @@ def test_a_typical_task_renders_in_0_3_as_the_sdk_renders_it():
         "metadata": {"data_part_compat": True},
     }
     assert_same(fast, sdk_task_v03(body))
+
+
+def test_text_choices_come_back_as_plain_strings():
+    """An event row made in this process carries its kind as a TextChoices member; protobuf
+    gives plain strings back, and so does the fast path."""
+    kind = TaskEvent.Kind.ACK
+    body = {
+        **TASK,
+        "metadata": {"kind": kind},
+        "history": [{"messageId": kind, "role": "ROLE_USER"}],
+    }
+    fast = render_v03.task(body)
+    assert type(fast["metadata"]["kind"]) is str and type(fast["history"][0]["messageId"]) is str
+    assert_same(fast, sdk_task_v03(body))
+    update = {
+        "statusUpdate": {"taskId": "t", "status": {}, "metadata": {"kind": kind, "eventId": 3}}
+    }
+    render_v03.stream_response(update, 1)  # handled, not a fallback
+    assert_same(wire.stream_response_v03(update, 1), sdk_stream_response_v03(update, 1))
 
 
 def _stamp(value: datetime) -> str:
