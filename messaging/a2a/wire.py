@@ -317,7 +317,9 @@ def json_bytes(value: Any) -> bytes:
     """`value` as compact UTF-8 JSON, byte for byte what `json.dumps(value,
     ensure_ascii=False, separators=(",", ":"))` writes: orjson (several times faster), and the
     standard library for what orjson refuses (integers beyond 64 bits, non-string keys,
-    nesting deeper than 254) or spells otherwise (small floats)."""
+    nesting deeper than 254) or spells otherwise (small floats). One difference: a NaN or an
+    infinity (which no JSON parser of ours lets in) is `null` where the standard library
+    writes a token that is not JSON."""
     try:
         data = orjson.dumps(value)
     except TypeError:
