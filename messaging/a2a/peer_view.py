@@ -17,13 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from a2a.compat.v0_3 import conversions
-from a2a.types import Message
-from google.protobuf.json_format import ParseDict
-
 from .. import lifecycle
 from ..models import Task, TaskEvent, TaskState
-from .wire import STATE_V1, Dialect, task_v03, task_v1, update_results
+from .wire import STATE_V1, Dialect, message_v03, task_v03, task_v1, update_results
 
 SUBMITTED = "TASK_STATE_SUBMITTED"
 Awaiting = Task.Awaiting
@@ -75,11 +71,7 @@ def message_reply(task: Task) -> dict[str, Any] | None:
 
 
 def render_message(message: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
-    if dialect is Dialect.V1_0:
-        return message
-    return conversions.to_compat_message(ParseDict(message, Message())).model_dump(
-        mode="json", by_alias=True, exclude_none=True
-    )
+    return message if dialect is Dialect.V1_0 else message_v03(message)
 
 
 # Updates ----------------------------------------------------------------------------------

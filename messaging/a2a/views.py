@@ -62,11 +62,14 @@ def broker_jsonrpc(request: HttpRequest) -> HttpResponse:
     answer = endpoint.broker(header=request.headers.get, body=request.body)
     request.hikyaku_log = answer.log
     if isinstance(answer, endpoint.Streaming):
-        return polled_response(
-            lambda: broker_stream.begin(
-                answer.identity, answer.call, answer.request_id, answer.method
+        try:
+            return polled_response(
+                lambda: broker_stream.begin(
+                    answer.identity, answer.call, answer.request_id, answer.method
+                )
             )
-        )
+        except (HikyakuError, DatabaseError) as exc:
+            return _error(answer.request_id, exc, answer.method)
     response = HttpResponse(answer.body, content_type="application/json", status=answer.status)
     for name, value in answer.headers:
         response[name] = value

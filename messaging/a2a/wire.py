@@ -3,6 +3,9 @@
 Internally every message, history entry and artifact is A2A 1.0 ProtoJSON. Requests are parsed
 with a2a-sdk 1.3 types (1.0: the protobuf types; 0.3: the compat pydantic types converted to
 1.0 with `a2a.compat.v0_3.conversions`), and tasks are rendered back in the request's dialect.
+The common, well-formed shapes take a plain-Python path that gives the same result without
+building protobuf or pydantic objects (messaging/a2a/protojson.py, render_v03.py); anything
+else, and every error, goes through a2a-sdk as described.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 from a2a.compat.v0_3 import conversions
 from a2a.compat.v0_3 import types as types_v03
-from a2a.types import Message
+from a2a.types import Message, StreamResponse
 from a2a.types import Task as TaskProto
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from pydantic import ValidationError
@@ -22,6 +25,8 @@ from hikyaku.errors import HikyakuError, InvalidRequest
 
 from .. import lifecycle
 from ..models import Task, TaskEvent, TaskState
+from . import protojson, render_v03
+from .protojson import Unhandled
 
 MAX_MESSAGE_ID_LENGTH = Task._meta.get_field("message_id").max_length
 
@@ -110,6 +115,23 @@ def parse_message(
         raise InvalidRequest("params.message must be an object.", details={"field": "message"})
     try:
         if dialect is Dialect.V1_0:
+            message = protojson.message_v1(raw, ignore_unknown_fields=ignore_unknown_fields)
+        else:
+            message = protojson.message_v03(raw)
+    except Unhandled:
+        pass
+    else:
+        if 0 < len(message.get("messageId", "")) <= MAX_MESSAGE_ID_LENGTH:
+            return message
+    return _parse_message_sdk(raw, dialect, ignore_unknown_fields=ignore_unknown_fields)
+
+
+def _parse_message_sdk(
+    raw: dict[str, Any], dialect: Dialect, *, ignore_unknown_fields: bool
+) -> dict[str, Any]:
+    """`parse_message` through a2a-sdk's types: every shape, and every error's wording."""
+    try:
+        if dialect is Dialect.V1_0:
             proto = ParseDict(raw, Message(), ignore_unknown_fields=ignore_unknown_fields)
         else:
             proto = conversions.to_core_message(types_v03.Message.model_validate(raw))
@@ -119,10 +141,14 @@ def parse_message(
         first = exc.errors()[0]
         field = ".".join(str(p) for p in ("message", *first["loc"]))
         raise InvalidRequest(f"Invalid {field}: {first['msg']}", details={"field": field}) from None
-    except (TypeError, ValueError, OverflowError) as exc:
-        # OverflowError: a number no double can hold (a data part's or metadata's value is a
-        # protobuf Struct, whose numbers are doubles), e.g. an integer of 4,000 digits.
+    except (TypeError, ValueError) as exc:
         raise InvalidRequest(f"Invalid message: {exc}", details={"field": "message"}) from None
+    except OverflowError:
+        # Protobuf's Struct (metadata, data parts) holds every number as a double.
+        raise InvalidRequest(
+            "Invalid message: a number is too large (metadata and data hold doubles).",
+            details={"field": "message"},
+        ) from None
     if not proto.message_id:
         raise InvalidRequest(
             "message.messageId is required.", details={"field": "message.messageId"}
@@ -182,11 +208,52 @@ def task_v1(
 
 
 def task_v03(task_body_v1: dict[str, Any]) -> dict[str, Any]:
-    """A 1.0 task body in the 0.3 dialect, through a2a-sdk's compat conversions."""
+    """A 1.0 task body in the 0.3 dialect, as a2a-sdk's compat conversions render it."""
+    try:
+        return render_v03.task(task_body_v1)
+    except Unhandled:
+        return _task_v03_sdk(task_body_v1)
+
+
+def _task_v03_sdk(task_body_v1: dict[str, Any]) -> dict[str, Any]:
     proto = ParseDict(task_body_v1, TaskProto())
     return conversions.to_compat_task(proto).model_dump(
         mode="json", by_alias=True, exclude_none=True
     )
+
+
+def message_v03(message: dict[str, Any]) -> dict[str, Any]:
+    """A 1.0 message in the 0.3 dialect, as a2a-sdk's compat conversions render it."""
+    try:
+        return render_v03.message(message)
+    except Unhandled:
+        return _message_v03_sdk(message)
+
+
+def _message_v03_sdk(message: dict[str, Any]) -> dict[str, Any]:
+    return conversions.to_compat_message(ParseDict(message, Message())).model_dump(
+        mode="json", by_alias=True, exclude_none=True
+    )
+
+
+def stream_response_v03(result: dict[str, Any], request_id: Any) -> dict[str, Any]:
+    """A 1.0 StreamResponse as the 0.3 JSON-RPC response a stream sends, as a2a-sdk's compat
+    conversions render it, but for the update's metadata, kept as it is (integers stay
+    integers: `eventId`)."""
+    try:
+        compat = render_v03.stream_response(result, request_id)
+    except Unhandled:
+        compat = _stream_response_v03_sdk(result, request_id)
+    body = result.get("statusUpdate") or result.get("artifactUpdate")
+    if body and "metadata" in body:
+        compat["result"]["metadata"] = body["metadata"]
+    return compat
+
+
+def _stream_response_v03_sdk(result: dict[str, Any], request_id: Any) -> dict[str, Any]:
+    return conversions.to_compat_stream_response(
+        ParseDict(result, StreamResponse()), request_id
+    ).model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def render_task(task: Task, dialect: Dialect, **options: Any) -> dict[str, Any]:

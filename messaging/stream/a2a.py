@@ -25,11 +25,8 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
-from a2a.compat.v0_3 import conversions
-from a2a.types import StreamResponse
 from django.db import DatabaseError
 from django.db.models import Max
-from google.protobuf.json_format import ParseDict
 
 from agents.auth import AgentIdentity, authenticate_agent, identity_is_current
 from hikyaku.errors import (
@@ -43,7 +40,7 @@ from hikyaku.errors import (
 from .. import policy, selectors
 from ..a2a import jsonrpc
 from ..a2a.methods import deliver, send_params, task_id_param
-from ..a2a.wire import Dialect, dialect_for, render_task, update_results
+from ..a2a.wire import Dialect, dialect_for, render_task, stream_response_v03, update_results
 from ..models import TERMINAL_STATES, Task, TaskEvent
 from ..parties import Sender
 from . import sse
@@ -85,13 +82,7 @@ class TaskFeed(Feed):
     def _response(self, result: dict[str, Any]) -> bytes:
         if self.dialect is Dialect.V1_0:
             return sse.event(jsonrpc.result(self.request_id, result))
-        compat = conversions.to_compat_stream_response(
-            ParseDict(result, StreamResponse()), self.request_id
-        ).model_dump(mode="json", by_alias=True, exclude_none=True)
-        body = result.get("statusUpdate") or result.get("artifactUpdate")
-        if body and "metadata" in body:
-            compat["result"]["metadata"] = body["metadata"]  # keep integers integers
-        return sse.event(compat)
+        return sse.event(stream_response_v03(result, self.request_id))
 
     def _error(self, error: HikyakuError) -> bytes:
         body = jsonrpc.response(self.request_id, jsonrpc.from_domain(error))
