@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -10,7 +9,9 @@ from django import forms
 from django.utils import timezone
 
 from agents.models import Agent, Sensitivity
-from hikyaku.errors import HikyakuError
+from hikyaku import parsers
+from hikyaku.errors import HikyakuError, InvalidRequest
+from messaging.a2a.wire import Dialect, parse_message
 from tenants.models import Membership
 
 EXPIRY_CHOICES = [
@@ -126,7 +127,7 @@ class SendMessageForm(forms.Form):
         if not raw:
             return None
         try:
-            return json.loads(raw)
+            return parsers.loads(raw)  # the JSON the API accepts (no NaN, no lone surrogates)
         except ValueError as exc:
             raise forms.ValidationError(f"Not valid JSON: {exc}") from None
 
@@ -134,6 +135,11 @@ class SendMessageForm(forms.Form):
         data = super().clean()
         if not data.get("text", "").strip() and data.get("data") is None:
             raise forms.ValidationError("Write a message, or give data, or both.")
+        if not self.errors:
+            try:  # what the JSON-RPC surface accepts (a number a data part can hold, …)
+                parse_message(self.message(), Dialect.V1_0)
+            except InvalidRequest as exc:
+                raise forms.ValidationError(exc.message) from None
         return data
 
     def message(self) -> dict[str, Any]:

@@ -280,6 +280,21 @@ def test_sending_a_broadcast_with_data(owner_client, tenant, agent, peer):
     assert summary.message["parts"] == [{"text": "release"}, {"data": {"version": "1.2"}}]
 
 
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ('{"n": NaN}', "Not valid JSON"),
+        ('{"n": ' + "9" * 4000 + "}", "a number is too large"),
+    ],
+)
+def test_the_send_form_refuses_data_the_api_would_refuse(owner_client, agent, peer, data, message):
+    """Data a JSON-RPC client could not send (a NaN, a number no part can hold) is a form
+    error, not a task that every 0.3 reader of it then fails on."""
+    response = send_form(owner_client, sender=agent.id, to=peer.id, text="x", data=data)
+    assert response.status_code == 400 and message in response.content.decode()
+    assert not Task.objects.exists()
+
+
 def test_the_send_form_preselects_no_recipient_and_requires_one(owner_client, agent, peer):
     page = owner_client.get("/ui/t/acme/send/").content.decode()
     to = page[page.index('name="to"') : page.index("</select>", page.index('name="to"'))]
