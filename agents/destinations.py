@@ -35,6 +35,11 @@ class DestinationRefused(Exception):
     """The destination is not allowed (its reason is safe to log and show to the owner)."""
 
 
+class ResolutionFailed(OSError):
+    """The host name did not resolve. Not a refusal: resolvers fail transiently (EAI_AGAIN,
+    a server timing out) and names get created, so the attempt fails and is retried."""
+
+
 @lru_cache(maxsize=8)
 def _allow_list(raw: tuple[str, ...]) -> tuple[frozenset[str], tuple[IPNetwork, ...]]:
     hosts: set[str] = set()
@@ -112,12 +117,17 @@ def check_url(url: str, *, field: str) -> None:
 
 def resolve(host: str, port: int) -> list[tuple[int, str]]:
     """The (family, address) pairs of `host` that may be connected to, in resolver order.
-    Raises DestinationRefused when the name does not resolve or any of its addresses is not
-    allowed (one bad address refuses the host: a partly-internal name is not a public one)."""
+    Raises DestinationRefused when any of its addresses is not allowed (one bad address
+    refuses the host: a partly-internal name is not a public one), ResolutionFailed when the
+    name does not resolve now (retried like a refused connection)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        raise DestinationRefused(f"{host} does not resolve.") from None
+    except socket.gaierror as exc:
+        raise ResolutionFailed(f"{host} does not resolve ({exc.strerror or exc}).") from None
+    except UnicodeError:
+        raise DestinationRefused(f"{host} is not a valid host name.") from None
+    except OSError as exc:
+        raise ResolutionFailed(f"{host} does not resolve ({exc}).") from None
     addresses: list[tuple[int, str]] = []
     for family, _, _, _, sockaddr in infos:
         address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
@@ -129,5 +139,5 @@ def resolve(host: str, port: int) -> list[tuple[int, str]]:
         if (family, str(address)) not in addresses:
             addresses.append((family, str(address)))
     if not addresses:
-        raise DestinationRefused(f"{host} does not resolve.")
+        raise ResolutionFailed(f"{host} does not resolve (no address).")
     return addresses

@@ -365,6 +365,16 @@ HIKYAKU_WEBHOOK_BACKOFF_CAP_SECONDS = env.float(
 # deliveries overdue by this much: lost enqueues, and attempts whose worker died mid-POST
 # (their row stays claimed for the lease, 3 × timeout + 30 s, then falls due).
 HIKYAKU_WEBHOOK_SWEEP_GRACE_SECONDS = env.int("HIKYAKU_WEBHOOK_SWEEP_GRACE_SECONDS", default=60)
+# Fairness (docs/WEBHOOKS.md): attempts in flight at once, across every process, per tenant and
+# per destination (scheme, host, port); 0 turns a cap off. Over a cap a delivery waits in the
+# database, not in a thread. The embedded default runs attempts on HIKYAKU_WEBHOOK_THREADS
+# background threads; keep the tenant cap below that (and below a Celery worker's concurrency)
+# so that one tenant's slow receiver always leaves threads for everyone else.
+HIKYAKU_WEBHOOK_TENANT_CONCURRENCY = env.int("HIKYAKU_WEBHOOK_TENANT_CONCURRENCY", default=2)
+HIKYAKU_WEBHOOK_DESTINATION_CONCURRENCY = env.int(
+    "HIKYAKU_WEBHOOK_DESTINATION_CONCURRENCY", default=4
+)
+HIKYAKU_WEBHOOK_THREADS = env.int("HIKYAKU_WEBHOOK_THREADS", default=8)
 
 # Observability (README, Operations). /metrics is open to loopback callers that did not come
 # through a proxy, to bearer HIKYAKU_METRICS_TOKEN, and to HIKYAKU_METRICS_ALLOWED_IPS (IPs or
