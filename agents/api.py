@@ -304,7 +304,10 @@ class AgentTokenView(APIView):
         if agent.pk != identity.agent.pk:
             raise Forbidden("Agents can only rotate their own token.")
         with transaction.atomic():
-            raw = services.rotate_agent_token(agent=identity.agent)
+            # The new token rests on what vouched for this request: the key it came with,
+            # else the key the old token rested on (docs/ARCHITECTURE.md, Credentials).
+            key_id = identity.api_key.pk if identity.api_key else identity.agent.token_key_id
+            raw = services.rotate_agent_token(agent=identity.agent, key_id=key_id)
         return Response({"agent_id": str(agent.pk), "agent_token": raw})
 
 

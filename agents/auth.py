@@ -40,6 +40,10 @@ from .models import Agent
 
 AGENT_FIELDS = tuple(f.name for f in Agent._meta.concrete_fields)
 KEY_FIELDS = tuple(f.name for f in ApiKey._meta.concrete_fields)
+# One answer for every key that does not authenticate, whatever is wrong with it (malformed,
+# unknown, revoked, expired): the answer must not tell an attacker which keys exist.
+INVALID_KEY = "Invalid, revoked or expired API key."
+INVALID_TOKEN = "Invalid agent token, or the agent is not active."
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,7 @@ def authenticate_key(authorization: str | None) -> ApiKey:
     """An active, unexpired tenant API key (registration needs nothing else)."""
     raw = bearer_secret(authorization)
     if not API_KEY_RE.match(raw):
-        raise Unauthenticated("Invalid API key.")
+        raise Unauthenticated(INVALID_KEY)
     api_key = _first_with_tenant(
         ApiKey,
         KEY_FIELDS,
@@ -88,7 +92,7 @@ def authenticate_key(authorization: str | None) -> ApiKey:
         [hash_secret(raw)],
     )
     if api_key is None or not secrets_match(raw, api_key.key_hash) or not api_key.is_active():
-        raise Unauthenticated("Invalid, revoked or expired API key.")
+        raise Unauthenticated(INVALID_KEY)
     check_rate(api_key.key_hash)
     touch_api_key(api_key=api_key, interval_seconds=settings.HIKYAKU_TOUCH_INTERVAL_SECONDS)
     return api_key
@@ -99,7 +103,7 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
     claimed_id = _parse_agent_id(agent_id)
     if raw.startswith(AGENT_TOKEN_PREFIX) and not AGENT_TOKEN_RE.match(raw):
         # Meant as an agent token (a truncated paste, say): say so, not "Invalid API key."
-        raise Unauthenticated("Invalid agent token, or the agent is not active.")
+        raise Unauthenticated(INVALID_TOKEN)
 
     if AGENT_TOKEN_RE.match(raw):
         token_hash = hash_secret(raw)
@@ -108,8 +112,9 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
             AGENT_FIELDS,
             f"SELECT {rows.select_list(Agent, AGENT_FIELDS)}, t.name, t.slug,"
             " t.require_agent_tokens FROM agents_agent JOIN tenants_tenant t"
-            " ON t.id = agents_agent.tenant_id WHERE agents_agent.token_hash = %s AND agents_agent.status = %s",
-            [token_hash, Agent.Status.ACTIVE],
+            " ON t.id = agents_agent.tenant_id WHERE agents_agent.token_hash = %s"
+            f" AND agents_agent.status = %s AND {TOKEN_KEY_ACTIVE.format(agent='agents_agent')}",
+            [token_hash, Agent.Status.ACTIVE, rows.prep(ApiKey, "expires_at", timezone.now())],
         )
         if (
             agent is None
@@ -117,7 +122,7 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
             or (agent.token_expires_at is not None and agent.token_expires_at <= timezone.now())
         ):
             # The same words for an expired token as for an unknown one: no oracle.
-            raise Unauthenticated("Invalid agent token, or the agent is not active.")
+            raise Unauthenticated(INVALID_TOKEN)
         if claimed_id is not None and claimed_id != agent.id:
             raise Unauthenticated("X-Agent-Id does not match the agent token.")
         check_rate(token_hash)
@@ -151,6 +156,16 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
     )
 
 
+# A token minted under an API key works only while that key is active (Agent.token_key_id):
+# revoking or expiring a key stops the tokens it registered, whatever other keys the tenant
+# holds. One parameter: the current time.
+TOKEN_KEY_ACTIVE = (
+    "({agent}.token_key_id IS NULL OR EXISTS (SELECT 1 FROM tenants_apikey tk"
+    " WHERE tk.id = {agent}.token_key_id AND tk.revoked_at IS NULL"
+    " AND (tk.expires_at IS NULL OR tk.expires_at > %s)))"
+)
+
+
 def identity_is_current(identity: AgentIdentity) -> bool:
     """Whether an identity established earlier still holds (revocation, expiry, rotation,
     deregistration, disabling, and the tenant's token requirement). One query.
@@ -170,11 +185,17 @@ def identity_current_sql(agent: str, credential_hash: str, *, via_token: bool) -
     its work (the stream processes' inbox reads). Returns the condition and the parameters of
     its own placeholders, which all come before those of the two expressions."""
     if via_token:
+        now = timezone.now()
         return (
             "EXISTS (SELECT 1 FROM agents_agent ca WHERE ca.status = %s"
             " AND (ca.token_expires_at IS NULL OR ca.token_expires_at > %s)"
+            f" AND {TOKEN_KEY_ACTIVE.format(agent='ca')}"
             f" AND ca.id = {agent} AND ca.token_hash = {credential_hash})",
-            [Agent.Status.ACTIVE, rows.prep(Agent, "token_expires_at", timezone.now())],
+            [
+                Agent.Status.ACTIVE,
+                rows.prep(Agent, "token_expires_at", now),
+                rows.prep(ApiKey, "expires_at", now),
+            ],
         )
     # Every condition applies to the same key row.
     return (

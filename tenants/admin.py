@@ -6,7 +6,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 
-from agents.services import revoke_api_key
+from agents.services import RevokedKeyAgents, revoke_api_key
 
 from . import services
 from .models import ApiKey, Membership, Tenant, User
@@ -230,11 +230,13 @@ class ApiKeyAdmin(admin.ModelAdmin):
         return response
 
     @admin.action(
-        description="Revoke selected keys (the last key of a tenant deregisters its agents)"
+        description="Revoke selected keys (their agents stop; the last key of a tenant "
+        "deregisters its agents)"
     )
     def revoke(self, request, queryset):
         keys = list(queryset.filter(revoked_at__isnull=True).select_related("tenant"))
-        if request.POST.get("confirm") != "yes":
+        choice = request.POST.get("agents") or RevokedKeyAgents.REVOKE_TOKENS
+        if request.POST.get("confirm") != "yes" or choice not in RevokedKeyAgents.values:
             context = {
                 **self.admin_site.each_context(request),
                 "opts": self.opts,
@@ -242,11 +244,15 @@ class ApiKeyAdmin(admin.ModelAdmin):
                 "keys": keys,
                 "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
                 "last_key_tenants": _tenants_left_without_keys(keys),
+                "choices": RevokedKeyAgents.choices,
+                "default_choice": RevokedKeyAgents.REVOKE_TOKENS,
             }
             return TemplateResponse(request, "admin/tenants/apikey/revoke_confirm.html", context)
-        deregistered = sum(revoke_api_key(api_key=api_key) for api_key in keys)
+        done = [revoke_api_key(api_key=api_key, agents=choice) for api_key in keys]
         self.message_user(
-            request, f"Revoked {len(keys)} key(s). {deregistered} agent(s) deregistered."
+            request,
+            f"Revoked {len(keys)} key(s). {sum(d.deregistered for d in done)} agent(s) "
+            f"deregistered, {sum(d.tokens_revoked for d in done)} agent token(s) revoked.",
         )
 
 

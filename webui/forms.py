@@ -10,6 +10,7 @@ from django import forms
 from django.utils import timezone
 
 from agents.models import Agent, Sensitivity
+from agents.services import RevokedKeyAgents
 from hikyaku.errors import HikyakuError
 from tenants.models import Membership
 
@@ -39,6 +40,21 @@ class TenantForm(forms.Form):
         required=False,
         help_text="Used in URLs. Letters, digits and dashes; made from the name when empty.",
     )
+
+
+class RevokeKeyForm(forms.Form):
+    """What becomes of the agents whose tokens the revoked key minted (they stop either way)."""
+
+    agents = forms.ChoiceField(
+        choices=RevokedKeyAgents.choices,
+        initial=RevokedKeyAgents.REVOKE_TOKENS,
+        required=False,
+        widget=forms.RadioSelect,
+        label="Agents registered with this key",
+    )
+
+    def clean_agents(self) -> str:
+        return self.cleaned_data.get("agents") or RevokedKeyAgents.REVOKE_TOKENS
 
 
 class AddMemberForm(forms.Form):
