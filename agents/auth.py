@@ -12,8 +12,6 @@ tenant: `authenticate_peer_caller` names them (docs/PEERS.md).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from hikyaku import client_address as request_address
 from hikyaku import rows
 from hikyaku.errors import AgentNotFound, Unauthenticated
 from tenants.credentials import (
@@ -33,9 +32,10 @@ from tenants.credentials import (
     secrets_match,
 )
 from tenants.models import ApiKey, Tenant
-from tenants.ratelimit import check_rate
 from tenants.services import touch_api_key
 
+from .limits import check_anonymous_rate, check_credential_rate, throttled
+from .limits import pseudonym as _pseudonym
 from .models import Agent
 
 AGENT_FIELDS = tuple(f.name for f in Agent._meta.concrete_fields)
@@ -78,6 +78,7 @@ def _parse_agent_id(agent_id: str | None) -> uuid.UUID | None:
         raise Unauthenticated("X-Agent-Id is not a valid agent id.") from None
 
 
+@throttled
 def authenticate_key(authorization: str | None) -> ApiKey:
     """An active, unexpired tenant API key (registration needs nothing else)."""
     raw = bearer_secret(authorization)
@@ -93,11 +94,12 @@ def authenticate_key(authorization: str | None) -> ApiKey:
     )
     if api_key is None or not secrets_match(raw, api_key.key_hash) or not api_key.is_active():
         raise Unauthenticated(INVALID_KEY)
-    check_rate(api_key.key_hash)
+    check_credential_rate(api_key.key_hash, tenant_id=api_key.tenant_id)
     touch_api_key(api_key=api_key, interval_seconds=settings.HIKYAKU_TOUCH_INTERVAL_SECONDS)
     return api_key
 
 
+@throttled
 def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> AgentIdentity:
     raw = bearer_secret(authorization)
     claimed_id = _parse_agent_id(agent_id)
@@ -125,7 +127,7 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
             raise Unauthenticated(INVALID_TOKEN)
         if claimed_id is not None and claimed_id != agent.id:
             raise Unauthenticated("X-Agent-Id does not match the agent token.")
-        check_rate(token_hash)
+        check_credential_rate(token_hash, tenant_id=agent.tenant_id)
         _touch_agent(agent)
         return AgentIdentity(
             tenant=agent.tenant, agent=agent, api_key=None, credential_hash=token_hash
@@ -313,29 +315,10 @@ class PeerCaller:
 def client_address(meta: Mapping[str, str]) -> str:
     """The client's address: the connection's peer, or the entry HIKYAKU_TRUSTED_PROXY_HOPS
     from the end of X-Forwarded-For (each trusted proxy appends the address it saw)."""
-    hops = settings.HIKYAKU_TRUSTED_PROXY_HOPS
-    if hops > 0:
-        forwarded = [a.strip() for a in meta.get("HTTP_X_FORWARDED_FOR", "").split(",")]
-        forwarded = [a for a in forwarded if a]
-        if len(forwarded) >= hops:
-            return forwarded[-hops]
-    return meta.get("REMOTE_ADDR") or "unknown"
+    return request_address.from_meta(meta)
 
 
-def _pseudonym(value: str) -> str:
-    """A stable name for `value` that does not reveal it (addresses, other tenants' ids)."""
-    key = settings.SECRET_KEY.encode()
-    return hmac.new(key, value.encode(), hashlib.sha256).hexdigest()[:24]
-
-
-def check_anonymous_rate(address: str) -> None:
-    """Per-address rate limit for callers without a credential of their own."""
-    check_rate(
-        "anon:" + _pseudonym("addr:" + address),
-        limit=settings.HIKYAKU_ANONYMOUS_RATE_LIMIT_PER_MINUTE,
-    )
-
-
+@throttled
 def authenticate_tenant(*, authorization: str | None, agent_id: str | None) -> Tenant:
     """The tenant of a tenant key or an agent identity (reading cards needs nothing else)."""
     raw = bearer_secret(authorization)
@@ -352,6 +335,7 @@ def has_credential(authorization: str | None) -> bool:
     return not CALLER_TOKEN_RE.match(value.strip())
 
 
+@throttled
 def authenticate_peer_caller(
     *, callee: Agent, authorization: str | None, agent_id: str | None, address: str
 ) -> PeerCaller:

@@ -25,6 +25,7 @@ import os
 from django.conf import settings
 from django.core.asgi import get_asgi_application
 
+from hikyaku import client_address
 from hikyaku.sqlite_backup import hold_server_lock
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hikyaku.settings")
@@ -102,6 +103,9 @@ async def application(scope, receive, send):
     if scope["type"] == "lifespan":
         await _lifespan(receive, send)
         return
+    # Each request runs in a task of its own, so this reaches only this request's handlers
+    # (their authentication throttles failures per address: agents/limits.py).
+    client_address.current.set(client_address.from_scope(scope))
     if mcp_http.handles(scope):
         await mcp_http.app(scope, receive, send)
         return

@@ -100,6 +100,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "hikyaku.request_log.request_log_middleware",
+    "hikyaku.client_address.client_address_middleware",
     "django.middleware.security.SecurityMiddleware",
     "hikyaku.middleware.security_headers_middleware",
     "hikyaku.error_pages.machine_errors_middleware",
@@ -256,6 +257,18 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
+# The cache holds the web UI's login throttling (django-allauth's rate limits): with Redis,
+# every web process counts the same failed logins; without it, each process its own.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "hikyaku.cache.ForgivingRedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "hikyaku",
+            "OPTIONS": {"socket_timeout": 0.5, "socket_connect_timeout": 0.5},
+        }
+    }
+
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
 CELERY_TASK_EAGER_PROPAGATES = False
@@ -331,6 +344,11 @@ HIKYAKU_MAX_METADATA_BYTES = env.int("HIKYAKU_MAX_METADATA_BYTES", default=16 * 
 HIKYAKU_MAX_AGENTS_PER_TENANT = env.int("HIKYAKU_MAX_AGENTS_PER_TENANT", default=10_000)
 HIKYAKU_MAX_THREAD_DEPTH = env.int("HIKYAKU_MAX_THREAD_DEPTH", default=16)
 HIKYAKU_RATE_LIMIT_PER_MINUTE = env.int("HIKYAKU_RATE_LIMIT_PER_MINUTE", default=1200)
+# Every credential of a tenant together (its agents' tokens, its keys), so that minting agents
+# does not multiply a tenant's budget; and failed authentications per client address (over
+# it, that address's authentications get 429 until the minute ends). 0 turns either off.
+HIKYAKU_TENANT_RATE_LIMIT_PER_MINUTE = env.int("HIKYAKU_TENANT_RATE_LIMIT_PER_MINUTE", default=6000)
+HIKYAKU_AUTH_FAILURES_PER_MINUTE = env.int("HIKYAKU_AUTH_FAILURES_PER_MINUTE", default=60)
 HIKYAKU_RETENTION_DAYS = env.int("HIKYAKU_RETENTION_DAYS", default=30)
 HIKYAKU_DEREGISTERED_TTL_DAYS = env.int("HIKYAKU_DEREGISTERED_TTL_DAYS", default=7)
 # last_used_at / last_seen_at are written at most this often per key or agent.
@@ -401,6 +419,8 @@ HIKYAKU_ANONYMOUS_RATE_LIMIT_PER_MINUTE = env.int(
 # Reverse proxies in front of the broker that append to X-Forwarded-For (0: trust nobody and
 # use the connection's peer address as the client address).
 HIKYAKU_TRUSTED_PROXY_HOPS = env.int("HIKYAKU_TRUSTED_PROXY_HOPS", default=0)
+# The web UI's login limits (django-allauth) find the client's address by the same rule.
+ALLAUTH_TRUSTED_PROXY_COUNT = HIKYAKU_TRUSTED_PROXY_HOPS
 # Media types an agent accepts from A2A callers (its card's defaultInputModes, plus the
 # inputModes of its skills). By default everything: the broker cannot know what an ephemeral
 # agent handles, and the agent can reject a task itself. With a narrower list, other parts get

@@ -3,9 +3,9 @@
 Agents' JSON-RPC calls (`POST /`, `/a2a/`, `/a2a/agents/<id>/`) are most of the traffic and
 are authenticated by bearer credentials on every request, so they skip the middleware that
 serves browsers — sessions, CSRF, messages, the auth user, allauth, APPEND_SLASH: a second
-handler runs them with only what applies to them (request log, security headers, body
-limit, frame options). Everything else, the web UI and admin included, gets the full stack of
-settings.MIDDLEWARE.
+handler runs them with only what applies to them (request log, the client's address,
+security headers, body limit, frame options). Everything else, the web UI and admin
+included, gets the full stack of settings.MIDDLEWARE.
 """
 
 import os
@@ -22,6 +22,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hikyaku.settings")
 # The middleware an agent's JSON-RPC call goes through, in settings.MIDDLEWARE's order.
 API_MIDDLEWARE = (
     "hikyaku.request_log.request_log_middleware",
+    "hikyaku.client_address.client_address_middleware",
     "django.middleware.security.SecurityMiddleware",
     "hikyaku.middleware.security_headers_middleware",
     "hikyaku.middleware.BodyLimitMiddleware",
