@@ -1,11 +1,9 @@
 from django import forms
 from django.contrib import admin, messages
-from django.db import models
 
 from hikyaku.errors import InvalidRequest
 
 from . import services
-from .destinations import check_url
 from .models import Agent
 
 POLICY_FIELDS = ("send_to", "receive_from", "disclosure_ceiling")
@@ -14,7 +12,8 @@ POLICY_FIELDS = ("send_to", "receive_from", "disclosure_ceiling")
 class AgentAdminForm(forms.ModelForm):
     """Policy fields are validated and normalised by the same service the REST API uses."""
 
-    webhook_url = forms.URLField(max_length=2000, required=False, assume_scheme="https")
+    # agents.destinations decides (the model field's validator), as for every stored URL.
+    webhook_url = forms.CharField(max_length=2000, required=False)
 
     class Meta:
         model = Agent
@@ -50,12 +49,6 @@ class AgentAdminForm(forms.ModelForm):
         except InvalidRequest as exc:
             for field, errors in (exc.details or {}).items():
                 self.add_error(field if field in self.fields else None, errors)
-        webhook_url = cleaned.get("webhook_url")
-        if webhook_url:
-            try:
-                check_url(webhook_url, field="webhook_url")
-            except InvalidRequest as exc:
-                self.add_error("webhook_url", exc.message)
         return cleaned
 
 
@@ -122,9 +115,6 @@ class AgentAdmin(admin.ModelAdmin):
         "rotate_webhook_secret",
         "deregister",
     ]
-    formfield_overrides = {
-        models.URLField: {"form_class": forms.URLField, "assume_scheme": "https"},
-    }
 
     def has_add_permission(self, request) -> bool:
         return False  # agents register themselves with an API key

@@ -110,9 +110,8 @@ class RegisterIn(serializers.Serializer):
     name = StrictCharField(max_length=200, min_length=1, trim_whitespace=True)
     description = StrictCharField(max_length=2000, allow_blank=True, trim_whitespace=False)
     skills = SkillsField(required=False, default=list)
-    webhook_url = serializers.URLField(
-        max_length=2000, required=False, allow_blank=True, default=""
-    )
+    # Checked by the service (agents.destinations.check_url), as every stored URL is.
+    webhook_url = StrictCharField(required=False, allow_blank=True, default="")
 
 
 class RegisterOut(serializers.Serializer):
@@ -149,7 +148,7 @@ class AgentDetailOut(AgentOut):
 class AgentPatchIn(serializers.Serializer):
     description = StrictCharField(max_length=2000, allow_blank=True, required=False)
     skills = SkillsField(required=False)
-    webhook_url = serializers.URLField(max_length=2000, allow_blank=True, required=False)
+    webhook_url = StrictCharField(allow_blank=True, required=False)
 
     def validate(self, attrs):
         unknown = (

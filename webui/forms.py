@@ -36,9 +36,12 @@ def add_service_error(form: forms.Form, error: HikyakuError) -> None:
 class TenantForm(forms.Form):
     name = forms.CharField(max_length=200, widget=forms.TextInput(attrs={"autofocus": True}))
     slug = forms.SlugField(
-        max_length=64,
+        max_length=57,
         required=False,
-        help_text="Used in URLs. Letters, digits and dashes; made from the name when empty.",
+        label="Address",
+        help_text="The start of the tenant's address in URLs (letters, digits and dashes; "
+        "made from the name when empty), followed by a few random characters that keep it "
+        "apart from every other tenant's.",
     )
 
 
