@@ -159,6 +159,42 @@ def test_failed_authentications_are_throttled_per_client_address(tenant):
         server.stop()
 
 
+def test_mcp_tools_count_the_outer_client_not_the_broker_itself(tenant):
+    """/mcp's tools call the broker in-process: those calls carry the MCP client's address,
+    so a budget spent by the loopback address (here, the proxy's own) does not refuse them."""
+    server = BrokerProcess(
+        env={"HIKYAKU_AUTH_FAILURES_PER_MINUTE": "2", "HIKYAKU_TRUSTED_PROXY_HOPS": "1"}
+    ).start()
+    try:
+        alice = factories.agent(tenant, name="alice")
+        wait_for_a_fresh_window()
+        for _ in range(2):  # straight from 127.0.0.1, through no proxy
+            assert rest(server, "hka_" + "x" * 40).status_code == 401
+        assert rest(server, alice.token).status_code == 429
+        body = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "whoami", "arguments": {}},
+        }
+        response = httpx.post(
+            f"{server.url}/mcp",
+            json=body,
+            headers={
+                "Authorization": f"Bearer {alice.token}",
+                "Accept": "application/json, text/event-stream",
+                "X-Forwarded-For": "198.51.100.4",
+            },
+            timeout=10,
+        )
+        assert response.status_code == 200, response.text
+        result = response.json()["result"]
+        assert not result.get("isError"), result
+        assert result["structuredContent"]["agent"]["agent_id"] == alice.id
+    finally:
+        server.stop()
+
+
 def test_requests_without_credentials_and_successes_spend_no_failure_budget(settings, agent):
     settings.HIKYAKU_AUTH_FAILURES_PER_MINUTE = 2
     settings.REDIS_URL = ""  # count in process memory for this test
