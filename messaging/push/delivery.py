@@ -251,17 +251,12 @@ def attempt(*, delivery_id: int) -> float | None:
 
 
 def _wake_after(delivery_id: int) -> None:
-    """The slot of this attempt is free: start the deliveries it was holding back."""
+    """The slot of this attempt is free: start the deliveries it was holding back. Never
+    raises: a lost wake-up only delays them (waiting rows fall due by themselves)."""
     try:
         row = WebhookDelivery.objects.filter(pk=delivery_id).values("tenant_id", "url").first()
+        woken = fairness.wake(tenant_id=row["tenant_id"], url=row["url"]) if row else []
     except Exception:
-        log.exception("webhook delivery %s: waking waiting deliveries failed", delivery_id)
-        return
-    if row is None:
-        return
-    try:
-        woken = fairness.wake(tenant_id=row["tenant_id"], url=row["url"])
-    except Exception:  # a lost wake-up only delays: the waiting rows fall due by themselves
         log.exception("webhook delivery %s: waking waiting deliveries failed", delivery_id)
         return
     if woken:
