@@ -1,7 +1,6 @@
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.db import models
 from django.db.models import Count, Q
 from django.template.response import TemplateResponse
 from django.utils import timezone
@@ -12,7 +11,6 @@ from tenants import services as tenant_services
 from tenants.models import ApiKey, Tenant
 
 from . import services
-from .destinations import check_url
 from .models import Agent
 
 POLICY_FIELDS = ("send_to", "receive_from", "disclosure_ceiling")
@@ -21,7 +19,8 @@ POLICY_FIELDS = ("send_to", "receive_from", "disclosure_ceiling")
 class AgentAdminForm(forms.ModelForm):
     """Policy fields are validated and normalised by the same service the REST API uses."""
 
-    webhook_url = forms.URLField(max_length=2000, required=False, assume_scheme="https")
+    # agents.destinations decides (the model field's validator), as for every stored URL.
+    webhook_url = forms.CharField(max_length=2000, required=False)
 
     class Meta:
         model = Agent
@@ -57,12 +56,6 @@ class AgentAdminForm(forms.ModelForm):
         except InvalidRequest as exc:
             for field, errors in (exc.details or {}).items():
                 self.add_error(field if field in self.fields else None, errors)
-        webhook_url = cleaned.get("webhook_url")
-        if webhook_url:
-            try:
-                check_url(webhook_url, field="webhook_url")
-            except InvalidRequest as exc:
-                self.add_error("webhook_url", exc.message)
         return cleaned
 
 
@@ -129,9 +122,6 @@ class AgentAdmin(admin.ModelAdmin):
         "rotate_webhook_secret",
         "deregister",
     ]
-    formfield_overrides = {
-        models.URLField: {"form_class": forms.URLField, "assume_scheme": "https"},
-    }
 
     def has_add_permission(self, request) -> bool:
         return False  # agents register themselves with an API key
@@ -344,11 +334,13 @@ class ApiKeyAdmin(admin.ModelAdmin):
         return response
 
     @admin.action(
-        description="Revoke selected keys (the last key of a tenant deregisters its agents)"
+        description="Revoke selected keys (their agents stop; the last key of a tenant "
+        "deregisters its agents)"
     )
     def revoke(self, request, queryset):
         keys = list(queryset.filter(revoked_at__isnull=True).select_related("tenant"))
-        if request.POST.get("confirm") != "yes":
+        choice = request.POST.get("agents") or services.RevokedKeyAgents.REVOKE_TOKENS
+        if request.POST.get("confirm") != "yes" or choice not in services.RevokedKeyAgents.values:
             context = {
                 **self.admin_site.each_context(request),
                 "opts": self.opts,
@@ -356,11 +348,15 @@ class ApiKeyAdmin(admin.ModelAdmin):
                 "keys": keys,
                 "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
                 "last_key_tenants": _tenants_left_without_keys(keys),
+                "choices": services.RevokedKeyAgents.choices,
+                "default_choice": services.RevokedKeyAgents.REVOKE_TOKENS,
             }
             return TemplateResponse(request, "admin/tenants/apikey/revoke_confirm.html", context)
-        deregistered = sum(services.revoke_api_key(api_key=api_key) for api_key in keys)
+        done = [services.revoke_api_key(api_key=api_key, agents=choice) for api_key in keys]
         self.message_user(
-            request, f"Revoked {len(keys)} key(s). {deregistered} agent(s) deregistered."
+            request,
+            f"Revoked {len(keys)} key(s). {sum(d.deregistered for d in done)} agent(s) "
+            f"deregistered, {sum(d.tokens_revoked for d in done)} agent token(s) revoked.",
         )
 
 

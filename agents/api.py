@@ -110,9 +110,8 @@ class RegisterIn(serializers.Serializer):
     name = StrictCharField(max_length=200, min_length=1, trim_whitespace=True)
     description = StrictCharField(max_length=2000, allow_blank=True, trim_whitespace=False)
     skills = SkillsField(required=False, default=list)
-    webhook_url = serializers.URLField(
-        max_length=2000, required=False, allow_blank=True, default=""
-    )
+    # Checked by the service (agents.destinations.check_url), as every stored URL is.
+    webhook_url = StrictCharField(required=False, allow_blank=True, default="")
 
 
 class RegisterOut(serializers.Serializer):
@@ -149,7 +148,7 @@ class AgentDetailOut(AgentOut):
 class AgentPatchIn(serializers.Serializer):
     description = StrictCharField(max_length=2000, allow_blank=True, required=False)
     skills = SkillsField(required=False)
-    webhook_url = serializers.URLField(max_length=2000, allow_blank=True, required=False)
+    webhook_url = StrictCharField(allow_blank=True, required=False)
 
     def validate(self, attrs):
         unknown = (
@@ -304,7 +303,10 @@ class AgentTokenView(APIView):
         if agent.pk != identity.agent.pk:
             raise Forbidden("Agents can only rotate their own token.")
         with transaction.atomic():
-            raw = services.rotate_agent_token(agent=identity.agent)
+            # The new token rests on what vouched for this request: the key it came with,
+            # else the key the old token rested on (docs/ARCHITECTURE.md, Credentials).
+            key_id = identity.api_key.pk if identity.api_key else identity.agent.token_key_id
+            raw = services.rotate_agent_token(agent=identity.agent, key_id=key_id)
         return Response({"agent_id": str(agent.pk), "agent_token": raw})
 
 

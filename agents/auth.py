@@ -12,8 +12,6 @@ tenant: `authenticate_peer_caller` names them (docs/PEERS.md).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from hikyaku import client_address as request_address
 from hikyaku import rows
 from hikyaku.errors import AgentNotFound, Unauthenticated
 from tenants.credentials import (
@@ -33,13 +32,18 @@ from tenants.credentials import (
     secrets_match,
 )
 from tenants.models import ApiKey, Tenant
-from tenants.ratelimit import check_rate
 from tenants.services import touch_api_key
 
+from .limits import check_anonymous_rate, check_credential_rate, throttled
+from .limits import pseudonym as _pseudonym
 from .models import Agent
 
 AGENT_FIELDS = tuple(f.name for f in Agent._meta.concrete_fields)
 KEY_FIELDS = tuple(f.name for f in ApiKey._meta.concrete_fields)
+# One answer for every key that does not authenticate, whatever is wrong with it (malformed,
+# unknown, revoked, expired): the answer must not tell an attacker which keys exist.
+INVALID_KEY = "Invalid, revoked or expired API key."
+INVALID_TOKEN = "Invalid agent token, or the agent is not active."
 
 
 @dataclass(frozen=True)
@@ -74,11 +78,12 @@ def _parse_agent_id(agent_id: str | None) -> uuid.UUID | None:
         raise Unauthenticated("X-Agent-Id is not a valid agent id.") from None
 
 
+@throttled
 def authenticate_key(authorization: str | None) -> ApiKey:
     """An active, unexpired tenant API key (registration needs nothing else)."""
     raw = bearer_secret(authorization)
     if not API_KEY_RE.match(raw):
-        raise Unauthenticated("Invalid API key.")
+        raise Unauthenticated(INVALID_KEY)
     api_key = _first_with_tenant(
         ApiKey,
         KEY_FIELDS,
@@ -88,18 +93,19 @@ def authenticate_key(authorization: str | None) -> ApiKey:
         [hash_secret(raw)],
     )
     if api_key is None or not secrets_match(raw, api_key.key_hash) or not api_key.is_active():
-        raise Unauthenticated("Invalid, revoked or expired API key.")
-    check_rate(api_key.key_hash)
+        raise Unauthenticated(INVALID_KEY)
+    check_credential_rate(api_key.key_hash, tenant_id=api_key.tenant_id)
     touch_api_key(api_key=api_key, interval_seconds=settings.HIKYAKU_TOUCH_INTERVAL_SECONDS)
     return api_key
 
 
+@throttled
 def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> AgentIdentity:
     raw = bearer_secret(authorization)
     claimed_id = _parse_agent_id(agent_id)
     if raw.startswith(AGENT_TOKEN_PREFIX) and not AGENT_TOKEN_RE.match(raw):
         # Meant as an agent token (a truncated paste, say): say so, not "Invalid API key."
-        raise Unauthenticated("Invalid agent token, or the agent is not active.")
+        raise Unauthenticated(INVALID_TOKEN)
 
     if AGENT_TOKEN_RE.match(raw):
         token_hash = hash_secret(raw)
@@ -108,8 +114,9 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
             AGENT_FIELDS,
             f"SELECT {rows.select_list(Agent, AGENT_FIELDS)}, t.name, t.slug,"
             " t.require_agent_tokens FROM agents_agent JOIN tenants_tenant t"
-            " ON t.id = agents_agent.tenant_id WHERE agents_agent.token_hash = %s AND agents_agent.status = %s",
-            [token_hash, Agent.Status.ACTIVE],
+            " ON t.id = agents_agent.tenant_id WHERE agents_agent.token_hash = %s"
+            f" AND agents_agent.status = %s AND {TOKEN_KEY_ACTIVE.format(agent='agents_agent')}",
+            [token_hash, Agent.Status.ACTIVE, rows.prep(ApiKey, "expires_at", timezone.now())],
         )
         if (
             agent is None
@@ -117,10 +124,10 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
             or (agent.token_expires_at is not None and agent.token_expires_at <= timezone.now())
         ):
             # The same words for an expired token as for an unknown one: no oracle.
-            raise Unauthenticated("Invalid agent token, or the agent is not active.")
+            raise Unauthenticated(INVALID_TOKEN)
         if claimed_id is not None and claimed_id != agent.id:
             raise Unauthenticated("X-Agent-Id does not match the agent token.")
-        check_rate(token_hash)
+        check_credential_rate(token_hash, tenant_id=agent.tenant_id)
         _touch_agent(agent)
         return AgentIdentity(
             tenant=agent.tenant, agent=agent, api_key=None, credential_hash=token_hash
@@ -151,6 +158,16 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
     )
 
 
+# A token minted under an API key works only while that key is active (Agent.token_key_id):
+# revoking or expiring a key stops the tokens it registered, whatever other keys the tenant
+# holds. One parameter: the current time.
+TOKEN_KEY_ACTIVE = (
+    "({agent}.token_key_id IS NULL OR EXISTS (SELECT 1 FROM tenants_apikey tk"
+    " WHERE tk.id = {agent}.token_key_id AND tk.revoked_at IS NULL"
+    " AND (tk.expires_at IS NULL OR tk.expires_at > %s)))"
+)
+
+
 def identity_is_current(identity: AgentIdentity) -> bool:
     """Whether an identity established earlier still holds (revocation, expiry, rotation,
     deregistration, disabling, and the tenant's token requirement). One query.
@@ -170,11 +187,17 @@ def identity_current_sql(agent: str, credential_hash: str, *, via_token: bool) -
     its work (the stream processes' inbox reads). Returns the condition and the parameters of
     its own placeholders, which all come before those of the two expressions."""
     if via_token:
+        now = timezone.now()
         return (
             "EXISTS (SELECT 1 FROM agents_agent ca WHERE ca.status = %s"
             " AND (ca.token_expires_at IS NULL OR ca.token_expires_at > %s)"
+            f" AND {TOKEN_KEY_ACTIVE.format(agent='ca')}"
             f" AND ca.id = {agent} AND ca.token_hash = {credential_hash})",
-            [Agent.Status.ACTIVE, rows.prep(Agent, "token_expires_at", timezone.now())],
+            [
+                Agent.Status.ACTIVE,
+                rows.prep(Agent, "token_expires_at", now),
+                rows.prep(ApiKey, "expires_at", now),
+            ],
         )
     # Every condition applies to the same key row.
     return (
@@ -292,29 +315,10 @@ class PeerCaller:
 def client_address(meta: Mapping[str, str]) -> str:
     """The client's address: the connection's peer, or the entry HIKYAKU_TRUSTED_PROXY_HOPS
     from the end of X-Forwarded-For (each trusted proxy appends the address it saw)."""
-    hops = settings.HIKYAKU_TRUSTED_PROXY_HOPS
-    if hops > 0:
-        forwarded = [a.strip() for a in meta.get("HTTP_X_FORWARDED_FOR", "").split(",")]
-        forwarded = [a for a in forwarded if a]
-        if len(forwarded) >= hops:
-            return forwarded[-hops]
-    return meta.get("REMOTE_ADDR") or "unknown"
+    return request_address.from_meta(meta)
 
 
-def _pseudonym(value: str) -> str:
-    """A stable name for `value` that does not reveal it (addresses, other tenants' ids)."""
-    key = settings.SECRET_KEY.encode()
-    return hmac.new(key, value.encode(), hashlib.sha256).hexdigest()[:24]
-
-
-def check_anonymous_rate(address: str) -> None:
-    """Per-address rate limit for callers without a credential of their own."""
-    check_rate(
-        "anon:" + _pseudonym("addr:" + address),
-        limit=settings.HIKYAKU_ANONYMOUS_RATE_LIMIT_PER_MINUTE,
-    )
-
-
+@throttled
 def authenticate_tenant(*, authorization: str | None, agent_id: str | None) -> Tenant:
     """The tenant of a tenant key or an agent identity (reading cards needs nothing else)."""
     raw = bearer_secret(authorization)
@@ -341,6 +345,7 @@ def not_public() -> Unauthenticated:
     )
 
 
+@throttled
 def authenticate_peer_caller(
     *, callee: Agent, authorization: str | None, agent_id: str | None, address: str
 ) -> PeerCaller:

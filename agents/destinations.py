@@ -8,9 +8,13 @@ names (matched exactly, case-insensitively) and IP addresses or CIDRs (matched a
 address the host resolves to).
 
 Two checks, at two times:
-- `check_url` when a URL is stored (agent registration/update, push config creation): scheme,
-  and the host when it is an IP literal or `localhost`. No DNS lookup, so a request never waits
-  on a resolver.
+- `check_url` when a URL is stored — one validator for every way in (an agent's webhook URL
+  over REST, in the admin or in a tenant file; a push config over JSON-RPC): the URL's shape
+  (http or https, no credentials, no whitespace, a host name or address that parses, at most
+  2,000 characters), and the host when it is an IP literal in any spelling the resolver
+  accepts (`127.1`, `2130706433`, `0x7f000001`, `0`, `[::1]`) or a `localhost` name. No DNS
+  lookup, so a request never waits on a resolver; single-label names (compose service names)
+  are judged at delivery, by their addresses.
 - `resolve` right before each delivery: resolves the host and returns the addresses that may be
   connected to. The delivery connects to exactly those addresses (messaging/push/http.py), so a
   DNS answer that changes between the check and the connection (rebinding) cannot slip through.
@@ -19,11 +23,13 @@ Two checks, at two times:
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from functools import lru_cache
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 
 from hikyaku.errors import InvalidRequest
 
@@ -33,6 +39,11 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 class DestinationRefused(Exception):
     """The destination is not allowed (its reason is safe to log and show to the owner)."""
+
+
+class ResolutionFailed(OSError):
+    """The host name did not resolve. Not a refusal: resolvers fail transiently (EAI_AGAIN,
+    a server timing out) and names get created, so the attempt fails and is retried."""
 
 
 @lru_cache(maxsize=8)
@@ -90,34 +101,91 @@ def split_url(url: str) -> tuple[str, str, int]:
     return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80)
 
 
+MAX_URL_LENGTH = 2000
+# A host name after IDNA encoding: dot-separated labels of letters, digits, hyphens and
+# underscores (container and service names use them), one trailing dot allowed.
+_HOST_NAME = re.compile(r"(?:[A-Za-z0-9_-]{1,63}\.)*[A-Za-z0-9_-]{1,63}\.?")
+# Every character of a numeric IPv4 spelling (decimal, octal or hex parts, 1 to 4 of them).
+_NUMERIC_HOST = re.compile(r"[0-9A-Fa-fXx.]+")
+
+
+def url_problem(url: str) -> str | None:
+    """Why a destination URL must not be stored, or None. One rule for every surface."""
+    try:
+        literal_check(url)
+    except DestinationRefused as exc:
+        return str(exc)
+    return None
+
+
 def check_url(url: str, *, field: str) -> None:
     """Refuse (InvalidRequest naming `field`) a URL that can be judged bad without DNS."""
+    problem = url_problem(url)
+    if problem is not None:
+        raise InvalidRequest(f"{field}: {problem}", details={field: [problem]})
+
+
+def validate_url(url: str) -> None:
+    """`check_url` as a Django validator (model and form fields)."""
+    problem = url_problem(url)
+    if problem is not None:
+        raise ValidationError(problem, code="invalid_destination")
+
+
+def literal_check(url: str) -> None:
+    """The shape of the URL, and its host when that is an address or a loopback name."""
+    if len(url) > MAX_URL_LENGTH:
+        raise DestinationRefused(f"The URL is longer than {MAX_URL_LENGTH} characters.")
+    _, host, _ = split_url(url)
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        raise DestinationRefused("The URL contains whitespace or control characters.")
+    literal = host_address(host)
+    if literal is not None and not address_allowed(literal, host=host):
+        raise DestinationRefused(
+            f"{host} is a private, loopback or link-local address "
+            "(allow it with HIKYAKU_WEBHOOK_ALLOWED_HOSTS)."
+        )
+
+
+def host_address(host: str) -> IPAddress | None:
+    """The address a host stands for without asking DNS — an IP literal in any spelling the
+    system resolver accepts, or a loopback name — else None. Refuses a host that is no
+    valid name at all."""
     try:
-        _, host, _ = split_url(url)
-        literal: IPAddress | None
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    if _NUMERIC_HOST.fullmatch(host):
         try:
-            literal = ipaddress.ip_address(host)
-        except ValueError:
-            literal = None
-        if literal is None and host.lower().rstrip(".") in ("localhost", "localhost.localdomain"):
-            literal = ipaddress.ip_address("127.0.0.1")
-        if literal is not None and not address_allowed(literal, host=host):
-            raise DestinationRefused(
-                f"{host} is a private, loopback or link-local address "
-                "(allow it with HIKYAKU_WEBHOOK_ALLOWED_HOSTS)."
-            )
-    except DestinationRefused as exc:
-        raise InvalidRequest(f"{field}: {exc}", details={field: [str(exc)]}) from None
+            # The resolver reads 127.1, 2130706433, 0x7f000001 and 0 as IPv4 addresses.
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            pass
+    name = host.lower().rstrip(".")
+    if name in ("localhost", "localhost.localdomain") or name.endswith(".localhost"):
+        return ipaddress.ip_address("127.0.0.1")
+    try:
+        encoded = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise DestinationRefused(f"{host!r} is not a valid host name.") from None
+    if len(encoded) > 253 or not _HOST_NAME.fullmatch(encoded):
+        raise DestinationRefused(f"{host!r} is not a valid host name.")
+    return None
 
 
 def resolve(host: str, port: int) -> list[tuple[int, str]]:
     """The (family, address) pairs of `host` that may be connected to, in resolver order.
-    Raises DestinationRefused when the name does not resolve or any of its addresses is not
-    allowed (one bad address refuses the host: a partly-internal name is not a public one)."""
+    Raises DestinationRefused when any of its addresses is not allowed (one bad address
+    refuses the host: a partly-internal name is not a public one), ResolutionFailed when the
+    name does not resolve now (retried like a refused connection)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        raise DestinationRefused(f"{host} does not resolve.") from None
+    except socket.gaierror as exc:
+        raise ResolutionFailed(f"{host} does not resolve ({exc.strerror or exc}).") from None
+    except UnicodeError:
+        raise DestinationRefused(f"{host} is not a valid host name.") from None
+    except OSError as exc:
+        raise ResolutionFailed(f"{host} does not resolve ({exc}).") from None
     addresses: list[tuple[int, str]] = []
     for family, _, _, _, sockaddr in infos:
         address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
@@ -129,5 +197,5 @@ def resolve(host: str, port: int) -> list[tuple[int, str]]:
         if (family, str(address)) not in addresses:
             addresses.append((family, str(address)))
     if not addresses:
-        raise DestinationRefused(f"{host} does not resolve.")
+        raise ResolutionFailed(f"{host} does not resolve (no address).")
     return addresses

@@ -6,6 +6,8 @@ from django.utils import timezone
 
 from tenants.models import ApiKey, Tenant
 
+from .destinations import validate_url
+
 
 class Sensitivity(models.TextChoices):
     """Disclosure levels, ordered: public-safe < internal < restricted."""
@@ -43,7 +45,15 @@ class Agent(models.Model):
     token_prefix = models.CharField(max_length=8, blank=True, editable=False)
     # Checked at authentication and by open streams, like an API key's expiry. Null: never.
     token_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
-    webhook_url = models.URLField(max_length=2000, blank=True)
+    # The API key the current token was minted under (registration with that key, or a
+    # rotation authenticated by it): the token works only while that key is active, so
+    # revoking a leaked key, or its expiry, stops what it registered (docs/ARCHITECTURE.md,
+    # Credentials). Null: issued by an owner, who vouches for it. A plain id, not a foreign
+    # key: a key row that is gone counts as inactive, never as "no key".
+    token_key_id = models.UUIDField(null=True, blank=True, editable=False)
+    # Checked by agents.destinations (one rule for every way a URL is stored), not by
+    # Django's URLValidator, which refuses single-label hosts such as compose service names.
+    webhook_url = models.CharField(max_length=2000, blank=True, validators=[validate_url])
     # Signs this agent's webhook deliveries (X-Hikyaku-Signature). Kept in clear because the
     # broker must compute the HMAC; shown to the agent itself and to the admin.
     webhook_secret = models.CharField(max_length=100, blank=True, editable=False)

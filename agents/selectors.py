@@ -190,16 +190,24 @@ def api_keys_with_agent_counts(*, tenant: Tenant) -> QuerySet[ApiKey]:
 @dataclass(frozen=True)
 class RevocationImpact:
     last_active_key: bool  # no other active key of the tenant remains
-    agents_deregistered: int
+    agents_deregistered: int  # when it is the last key: every live agent of the tenant
+    agents_stopped: int  # otherwise: the live agents whose tokens this key minted
 
 
 def revocation_impact(*, api_key: ApiKey) -> RevocationImpact:
     """What revoking this key would do (agents.services.revoke_api_key): when no other active
-    key remains, every live agent of the tenant is deregistered."""
+    key remains, every live agent of the tenant is deregistered; otherwise the agents whose
+    tokens it minted stop (their tokens revoked, or they are deregistered: the owner
+    chooses)."""
     others = ApiKey.objects.filter(ApiKey.active_q(), tenant_id=api_key.tenant_id).exclude(
         pk=api_key.pk
     )
+    live = Agent.objects.filter(tenant_id=api_key.tenant_id, status__in=LIVE_STATUSES)
     if others.exists():
-        return RevocationImpact(last_active_key=False, agents_deregistered=0)
-    live = Agent.objects.filter(tenant_id=api_key.tenant_id, status__in=LIVE_STATUSES).count()
-    return RevocationImpact(last_active_key=True, agents_deregistered=live)
+        stopped = live.filter(token_key_id=api_key.pk).count()
+        return RevocationImpact(
+            last_active_key=False, agents_deregistered=0, agents_stopped=stopped
+        )
+    return RevocationImpact(
+        last_active_key=True, agents_deregistered=live.count(), agents_stopped=0
+    )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from hikyaku.errors import HikyakuError, InvalidRequest
@@ -84,6 +84,9 @@ def register_agent(
                     registered_with=registered_with,
                     token_hash=hash_secret(raw) if raw else None,
                     token_prefix=display_prefix(raw) if raw else "",
+                    # The token rests on the key that registered it (docs/ARCHITECTURE.md,
+                    # Credentials): revoking that key stops it.
+                    token_key_id=registered_with.pk if raw and registered_with else None,
                 )
         except IntegrityError:
             if live.filter(name=name).exists():
@@ -183,42 +186,89 @@ def set_agent_public(*, agent: Agent, public: bool) -> bool:
     return bool(changed)
 
 
-def rotate_agent_token(*, agent: Agent) -> str:
+def rotate_agent_token(*, agent: Agent, key_id: uuid.UUID | None = None) -> str:
     """Issue a new agent token; the old one stops working at once (open streams included,
     since they re-check their credential). Returns the raw token. Works for active and
     disabled agents (an owner may rotate before enabling), not for deregistered ones. The
     new token keeps the old one's expiry while it lies ahead, so an agent cannot outlive an
-    expiring token by rotating it."""
+    expiring token by rotating it. `key_id` is the API key the new token rests on: the key
+    the rotating request authenticated with, the old token's key when the agent rotates with
+    its token (so rotating cannot untie a token from a key), None when an owner rotates it."""
     expires_at = agent.token_expires_at
     if expires_at is not None and expires_at <= timezone.now():
         expires_at = None
-    return tokens.replace_agent_token(agent=agent, expires_at=expires_at)
+    return tokens.replace_agent_token(agent=agent, expires_at=expires_at, key_id=key_id)
 
 
-def revoke_api_key(*, api_key: ApiKey) -> int:
-    """Revoke a key at once. Revoking the tenant's last active key deregisters every agent of
-    the tenant (compat). Returns how many agents were deregistered."""
+class RevokedKeyAgents(models.TextChoices):
+    """What happens to the agents whose tokens a revoked key minted (Agent.token_key_id)."""
+
+    REVOKE_TOKENS = "revoke-tokens", "Revoke their tokens (they stay registered)"
+    DEREGISTER = "deregister", "Deregister them"
+
+
+@dataclass(frozen=True)
+class KeyRevocation:
+    tokens_revoked: int  # agents left registered without a token
+    deregistered: int  # agents deregistered (the key's, or all when it was the last key)
+
+
+def revoke_api_key(
+    *, api_key: ApiKey, agents: str = RevokedKeyAgents.REVOKE_TOKENS
+) -> KeyRevocation:
+    """Revoke a key at once, and stop the agents whose tokens it minted: their tokens are
+    revoked (the default; an owner may issue new ones) or they are deregistered (`agents`).
+    Revoking the tenant's last active key deregisters every agent of the tenant (compat)."""
+    if agents not in RevokedKeyAgents.values:
+        raise InvalidRequest(
+            f"agents must be one of {', '.join(RevokedKeyAgents.values)}.",
+            details={"agents": ["invalid"]},
+        )
     now = timezone.now()
     with transaction.atomic():
         # Lock the tenant so two concurrent revocations agree on which key was the last.
         Tenant.objects.select_for_update().filter(pk=api_key.tenant_id).first()
         ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=now)
         api_key.revoked_at = api_key.revoked_at or now
-        still_active = ApiKey.objects.filter(ApiKey.active_q(now), tenant_id=api_key.tenant_id)
-        if still_active.exists():
-            return 0
         live = Agent.objects.filter(tenant_id=api_key.tenant_id).exclude(
             status=Agent.Status.DEREGISTERED
         )
-        ids = list(live.values_list("pk", flat=True))  # stable: the tenant row is locked
-        deregistered = live.update(status=Agent.Status.DEREGISTERED, deregistered_at=now)
+        still_active = ApiKey.objects.filter(ApiKey.active_q(now), tenant_id=api_key.tenant_id)
+        if not still_active.exists():
+            deregistered = _deregister(
+                live, now, tenant_id=api_key.tenant_id, reason="last API key revoked"
+            )
+            return KeyRevocation(0, deregistered)
+        minted = live.filter(token_key_id=api_key.pk)
+        if agents == RevokedKeyAgents.DEREGISTER:
+            deregistered = _deregister(
+                minted, now, tenant_id=api_key.tenant_id, reason="their API key was revoked"
+            )
+            return KeyRevocation(0, deregistered)
+        ids = list(minted.values_list("pk", flat=True))  # stable: the tenant row is locked
+        revoked = minted.update(
+            token_hash=None, token_prefix="", token_expires_at=None, token_key_id=None
+        )
         history.record(
             tenant_id=api_key.tenant_id,
             agent_ids=ids,
-            kind=Kind.DEREGISTERED,
-            changes={"reason": "last API key revoked"},
+            kind=Kind.TOKEN_REVOKED,
+            changes={"reason": "their API key was revoked"},
         )
-        return deregistered
+        return KeyRevocation(revoked, 0)
+
+
+def _deregister(agents, now, *, tenant_id: uuid.UUID, reason: str) -> int:
+    """Deregister these live agents of one tenant (inside a transaction holding the tenant
+    row lock, so the set is stable)."""
+    ids = list(agents.values_list("pk", flat=True))
+    count = Agent.objects.filter(pk__in=ids).update(
+        status=Agent.Status.DEREGISTERED, deregistered_at=now
+    )
+    history.record(
+        tenant_id=tenant_id, agent_ids=ids, kind=Kind.DEREGISTERED, changes={"reason": reason}
+    )
+    return count
 
 
 def rotate_webhook_secret(*, agent: Agent) -> str:

@@ -9,6 +9,7 @@ service is one compare-and-set with its AgentEvent row in one transaction.
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
 from django.db import transaction
@@ -32,7 +33,10 @@ def issue_agent_token(*, agent: Agent, expires_at: datetime | None = None) -> st
     raw = new_agent_token()
     with transaction.atomic():
         live = _live(agent)
-        if not live.filter(token_hash__isnull=True).update(**_token_fields(raw, expires_at)):
+        issued = live.filter(token_hash__isnull=True).update(
+            **_token_fields(raw, expires_at), token_key_id=None
+        )
+        if not issued:
             if live.exists():
                 raise InvalidRequest(_refusal(agent, "already has a token: rotate it instead"))
             raise InvalidRequest(_refusal(agent, "is deregistered"))
@@ -46,14 +50,17 @@ def issue_agent_token(*, agent: Agent, expires_at: datetime | None = None) -> st
     return raw
 
 
-def replace_agent_token(*, agent: Agent, expires_at: datetime | None = None) -> str:
+def replace_agent_token(
+    *, agent: Agent, expires_at: datetime | None = None, key_id: uuid.UUID | None = None
+) -> str:
     """Give the agent a new token whether or not it had one; the old one stops at once.
     Returns the raw token. Active and disabled agents only (an owner may rotate before
-    enabling)."""
+    enabling). `key_id`: the API key the new token rests on (Agent.token_key_id) — None
+    when an owner issues it."""
     _check_expiry(expires_at)
     raw = new_agent_token()
     with transaction.atomic():
-        if not _live(agent).update(**_token_fields(raw, expires_at)):
+        if not _live(agent).update(**_token_fields(raw, expires_at), token_key_id=key_id):
             raise InvalidRequest("A deregistered agent's token cannot be rotated.")
         history.record(
             tenant_id=agent.tenant_id,
@@ -62,6 +69,7 @@ def replace_agent_token(*, agent: Agent, expires_at: datetime | None = None) -> 
             changes=_expiry_change(expires_at),
         )
     _remember(agent, raw, expires_at)
+    agent.token_key_id = key_id
     return raw
 
 
@@ -72,7 +80,7 @@ def revoke_agent_token(*, agent: Agent) -> bool:
     with transaction.atomic():
         changed = Agent.objects.filter(
             pk=agent.pk, tenant_id=agent.tenant_id, token_hash__isnull=False
-        ).update(token_hash=None, token_prefix="", token_expires_at=None)
+        ).update(token_hash=None, token_prefix="", token_expires_at=None, token_key_id=None)
         if changed:
             history.record(tenant_id=agent.tenant_id, agent_ids=[agent.pk], kind=Kind.TOKEN_REVOKED)
     if changed:
@@ -112,6 +120,7 @@ def _refusal(agent: Agent, why: str) -> str:
 
 
 def _remember(agent: Agent, raw: str, expires_at: datetime | None) -> None:
+    agent.token_key_id = None
     agent.token_hash = hash_secret(raw) if raw else None
     agent.token_prefix = display_prefix(raw) if raw else ""
     agent.token_expires_at = expires_at

@@ -174,6 +174,7 @@ class Embedded:
                 # and the same PRAGMAs: settings apply them to any SQLite database).
                 "DATABASE_URL": f"sqlite:///{self.dir / 'hikyaku.sqlite3'}",
                 "HIKYAKU_RATE_LIMIT_PER_MINUTE": "100000000",  # as for production, see server.py
+                "HIKYAKU_TENANT_RATE_LIMIT_PER_MINUTE": "100000000",
                 "PYTHONUNBUFFERED": "1",
             }
         )

@@ -69,6 +69,7 @@ def server_env(cfg: ServerConfig) -> dict[str, str]:
             # The per-key limit (1,200/min by default) would stop the benchmark's one tenant
             # after a second; the limiter still runs, it just never trips.
             "HIKYAKU_RATE_LIMIT_PER_MINUTE": "100000000",
+            "HIKYAKU_TENANT_RATE_LIMIT_PER_MINUTE": "100000000",  # the tenant's budget, likewise
             "HIKYAKU_READ_DOT_ENV": "false",
             "PYTHONUNBUFFERED": "1",
         }

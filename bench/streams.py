@@ -122,6 +122,7 @@ class Environment:
             "DATABASE_URL": args.database_url,
             "REDIS_URL": self.redis_url,
             "HIKYAKU_RATE_LIMIT_PER_MINUTE": "100000000",
+            "HIKYAKU_TENANT_RATE_LIMIT_PER_MINUTE": "100000000",
             # One tenant holds the sender and every subscriber (10,000 idle ones by default).
             "HIKYAKU_MAX_AGENTS_PER_TENANT": str(max(args.subscribers, args.idle) + 10),
             "HIKYAKU_LOG_FORMAT": "text",

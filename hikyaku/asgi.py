@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from django.conf import settings
 from django.core.asgi import get_asgi_application
 
+from hikyaku import client_address
 from hikyaku.sqlite_backup import hold_server_lock
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hikyaku.settings")
@@ -118,10 +119,14 @@ def _pool() -> ThreadPoolExecutor:
     return _api_pool
 
 
-def _answer_in_thread(path: str, headers: dict[str, str], body: bytes):
+def _answer_in_thread(path: str, headers: dict[str, str], body: bytes, address: str):
     ready_connection()
     return lean.answer(
-        path=path, header=lambda name: headers.get(name.lower()), body=body, signal=False
+        path=path,
+        header=lambda name: headers.get(name.lower()),
+        body=body,
+        address=address,
+        signal=False,
     )
 
 
@@ -129,7 +134,10 @@ async def _lean(scope, body: bytes, send) -> bool:
     """Answer a hot-path request (hikyaku/lean.py); False when Django must answer it."""
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     loop = asyncio.get_running_loop()
-    served = await loop.run_in_executor(_pool(), _answer_in_thread, scope["path"], headers, body)
+    address = client_address.current.get() or client_address.from_scope(scope)
+    served = await loop.run_in_executor(
+        _pool(), _answer_in_thread, scope["path"], headers, body, address
+    )
     if served is None:
         return False
     status, response_headers, out = served
@@ -179,6 +187,9 @@ async def application(scope, receive, send):
     if scope["type"] == "lifespan":
         await _lifespan(receive, send)
         return
+    # Each request runs in a task of its own, so this reaches only this request's handlers
+    # (their authentication throttles failures per address: agents/limits.py).
+    client_address.current.set(client_address.from_scope(scope))
     if mcp_http.handles(scope):
         await mcp_http.app(scope, receive, send)
         return

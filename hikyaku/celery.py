@@ -1,5 +1,6 @@
 """The Celery app. Tasks are thin interfaces over services; the schedule lives in settings."""
 
+import logging
 import os
 
 from celery import Celery
@@ -20,6 +21,16 @@ def _worker_started(**kwargs) -> None:
     from hikyaku.sqlite_backup import hold_server_lock
 
     hold_server_lock(settings.DATABASES["default"])
+    concurrency = getattr(kwargs.get("sender"), "concurrency", None)
+    cap = settings.HIKYAKU_WEBHOOK_TENANT_CONCURRENCY
+    if concurrency and (cap <= 0 or concurrency <= cap):
+        logging.getLogger(__name__).warning(
+            "worker concurrency %s is not above HIKYAKU_WEBHOOK_TENANT_CONCURRENCY (%s): one "
+            "tenant's slow webhook receiver can hold every slot of this worker "
+            "(docs/WEBHOOKS.md, Fairness)",
+            concurrency,
+            cap,
+        )
     if settings.HIKYAKU_WORKER_METRICS_PORT:
         metrics.start_worker_exporter(
             host=settings.HIKYAKU_WORKER_METRICS_HOST, port=settings.HIKYAKU_WORKER_METRICS_PORT

@@ -25,7 +25,7 @@ from django.core import signals
 
 from messaging.a2a import endpoint
 
-from . import error_pages, middleware, request_log
+from . import client_address, error_pages, middleware, request_log
 from .logging import request_id_var
 
 log = logging.getLogger("django.request")
@@ -63,15 +63,22 @@ def api_headers() -> tuple[tuple[str, str], ...]:
 
 
 def answer(
-    *, path: str, header: Callable[[str], str | None], body: bytes, signal: bool = True
+    *,
+    path: str,
+    header: Callable[[str], str | None],
+    body: bytes,
+    address: str,
+    signal: bool = True,
 ) -> tuple[int, list[tuple[str, str]], bytes] | None:
     """The answer to a request `applies` accepted — status, headers, body — or None when
-    Django must answer it after all (a streaming method). `signal` sends Django's
-    request_started/finished around it, as Django's handler does (they apply CONN_MAX_AGE);
-    a caller that keeps its threads' connections itself passes False."""
+    Django must answer it after all (a streaming method). `address` is the client's
+    (hikyaku.client_address). `signal` sends Django's request_started/finished around it, as
+    Django's handler does (they apply CONN_MAX_AGE); a caller that keeps its threads'
+    connections itself passes False."""
     started = perf_counter()
     request_id = request_log.request_id_of(header("X-Request-Id"))
     token = request_id_var.set(request_id)
+    address_token = client_address.current.set(address)
     if signal:
         signals.request_started.send(sender=__name__)
     try:
@@ -101,6 +108,7 @@ def answer(
         return reply.status, headers, reply.body
     finally:
         request_id_var.reset(token)
+        client_address.current.reset(address_token)
         if signal:
             signals.request_finished.send(sender=__name__)
 

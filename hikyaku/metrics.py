@@ -109,7 +109,9 @@ DOORBELLS = Counter(
 WEBHOOK_ATTEMPTS = Counter(
     "hikyaku_webhook_attempts",
     "Push-notification POST attempts, by outcome: delivered, http_error, timeout, "
-    "connection_error, refused (destination not allowed), gave_up (retries exhausted).",
+    "connection_error (DNS failures included), refused (destination not allowed), gave_up "
+    "(retries exhausted), dropped (no longer allowed to see the task), deferred (held back "
+    "by a tenant's or a destination's concurrency cap).",
     ["outcome"],
 )
 

@@ -100,6 +100,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "hikyaku.request_log.request_log_middleware",
+    "hikyaku.client_address.client_address_middleware",
     "django.middleware.security.SecurityMiddleware",
     "hikyaku.middleware.security_headers_middleware",
     "hikyaku.error_pages.machine_errors_middleware",
@@ -256,6 +257,18 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
+# The cache holds the web UI's login throttling (django-allauth's rate limits): with Redis,
+# every web process counts the same failed logins; without it, each process its own.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "hikyaku.cache.ForgivingRedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "hikyaku",
+            "OPTIONS": {"socket_timeout": 0.5, "socket_connect_timeout": 0.5},
+        }
+    }
+
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
 CELERY_TASK_EAGER_PROPAGATES = False
@@ -331,6 +344,11 @@ HIKYAKU_MAX_METADATA_BYTES = env.int("HIKYAKU_MAX_METADATA_BYTES", default=16 * 
 HIKYAKU_MAX_AGENTS_PER_TENANT = env.int("HIKYAKU_MAX_AGENTS_PER_TENANT", default=10_000)
 HIKYAKU_MAX_THREAD_DEPTH = env.int("HIKYAKU_MAX_THREAD_DEPTH", default=16)
 HIKYAKU_RATE_LIMIT_PER_MINUTE = env.int("HIKYAKU_RATE_LIMIT_PER_MINUTE", default=1200)
+# Every credential of a tenant together (its agents' tokens, its keys), so that minting agents
+# does not multiply a tenant's budget; and failed authentications per client address (over
+# it, that address's authentications get 429 until the minute ends). 0 turns either off.
+HIKYAKU_TENANT_RATE_LIMIT_PER_MINUTE = env.int("HIKYAKU_TENANT_RATE_LIMIT_PER_MINUTE", default=6000)
+HIKYAKU_AUTH_FAILURES_PER_MINUTE = env.int("HIKYAKU_AUTH_FAILURES_PER_MINUTE", default=60)
 HIKYAKU_RETENTION_DAYS = env.int("HIKYAKU_RETENTION_DAYS", default=30)
 HIKYAKU_DEREGISTERED_TTL_DAYS = env.int("HIKYAKU_DEREGISTERED_TTL_DAYS", default=7)
 # last_used_at / last_seen_at are written at most this often per key or agent.
@@ -368,6 +386,16 @@ HIKYAKU_WEBHOOK_BACKOFF_CAP_SECONDS = env.float(
 # deliveries overdue by this much: lost enqueues, and attempts whose worker died mid-POST
 # (their row stays claimed for the lease, 3 × timeout + 30 s, then falls due).
 HIKYAKU_WEBHOOK_SWEEP_GRACE_SECONDS = env.int("HIKYAKU_WEBHOOK_SWEEP_GRACE_SECONDS", default=60)
+# Fairness (docs/WEBHOOKS.md): attempts in flight at once, across every process, per tenant and
+# per destination (scheme, host, port); 0 turns a cap off. Over a cap a delivery waits in the
+# database, not in a thread. The embedded default runs attempts on HIKYAKU_WEBHOOK_THREADS
+# background threads; keep the tenant cap below that (and below a Celery worker's concurrency)
+# so that one tenant's slow receiver always leaves threads for everyone else.
+HIKYAKU_WEBHOOK_TENANT_CONCURRENCY = env.int("HIKYAKU_WEBHOOK_TENANT_CONCURRENCY", default=2)
+HIKYAKU_WEBHOOK_DESTINATION_CONCURRENCY = env.int(
+    "HIKYAKU_WEBHOOK_DESTINATION_CONCURRENCY", default=4
+)
+HIKYAKU_WEBHOOK_THREADS = env.int("HIKYAKU_WEBHOOK_THREADS", default=8)
 
 # Observability (README, Operations). /metrics is open to loopback callers that did not come
 # through a proxy, to bearer HIKYAKU_METRICS_TOKEN, and to HIKYAKU_METRICS_ALLOWED_IPS (IPs or
@@ -394,6 +422,8 @@ HIKYAKU_ANONYMOUS_RATE_LIMIT_PER_MINUTE = env.int(
 # Reverse proxies in front of the broker that append to X-Forwarded-For (0: trust nobody and
 # use the connection's peer address as the client address).
 HIKYAKU_TRUSTED_PROXY_HOPS = env.int("HIKYAKU_TRUSTED_PROXY_HOPS", default=0)
+# The web UI's login limits (django-allauth) find the client's address by the same rule.
+ALLAUTH_TRUSTED_PROXY_COUNT = HIKYAKU_TRUSTED_PROXY_HOPS
 # Media types an agent accepts from A2A callers (its card's defaultInputModes, plus the
 # inputModes of its skills). By default everything: the broker cannot know what an ephemeral
 # agent handles, and the agent can reject a task itself. With a narrower list, other parts get

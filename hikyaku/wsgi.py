@@ -5,9 +5,9 @@ answered in front of Django's handler (hikyaku/lean.py). Other calls of agents �
 own endpoint `POST /a2a/agents/<id>/`, and the broker's when lean.py leaves them to Django —
 are authenticated by bearer credentials on every request, so they skip the middleware that
 serves browsers — sessions, CSRF, messages, the auth user, allauth, APPEND_SLASH: a second
-handler runs them with only what applies to them (request log, security headers, body
-limit, frame options). Everything else, the web UI and admin included, gets the full stack of
-settings.MIDDLEWARE.
+handler runs them with only what applies to them (request log, the client's address,
+security headers, body limit, frame options). Everything else, the web UI and admin
+included, gets the full stack of settings.MIDDLEWARE.
 """
 
 import io
@@ -25,6 +25,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hikyaku.settings")
 # The middleware an agent's JSON-RPC call goes through, in settings.MIDDLEWARE's order.
 API_MIDDLEWARE = (
     "hikyaku.request_log.request_log_middleware",
+    "hikyaku.client_address.client_address_middleware",
     "django.middleware.security.SecurityMiddleware",
     "hikyaku.middleware.security_headers_middleware",
     "hikyaku.middleware.BodyLimitMiddleware",
@@ -65,7 +66,7 @@ def _header_reader(environ):
 def _application():
     site = get_wsgi_application()
     api = api_handler()
-    from hikyaku import lean  # needs the apps loaded above
+    from hikyaku import client_address, lean  # needs the apps loaded above
 
     def application(environ, start_response):
         path = environ.get("PATH_INFO", "")
@@ -73,7 +74,12 @@ def _application():
         length = _content_length(environ)
         if lean.applies(method, path, length):
             body = environ["wsgi.input"].read(length) if length else b""
-            served = lean.answer(path=path, header=_header_reader(environ), body=body)
+            served = lean.answer(
+                path=path,
+                header=_header_reader(environ),
+                body=body,
+                address=client_address.from_meta(environ),
+            )
             if served is not None:
                 status, headers, out = served
                 start_response(lean.status_line(status), headers)

@@ -49,6 +49,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.authentication import AuthCredentials
 
 from agents.auth import AgentIdentity, authenticate_agent, bearer_secret
+from hikyaku import client_address
 from hikyaku.errors import HikyakuError, InvalidRequest
 from hikyaku_client.config import Credentials
 from hikyaku_client.http import HikyakuClient
@@ -73,8 +74,9 @@ class InProcessTransport(httpx.AsyncBaseTransport):
     Request/response views cost far less CPU under WSGI than under Django's ASGI handler
     (docs/MEASUREMENTS.md), and a worker thread keeps the event loop free while the view runs."""
 
-    def __init__(self) -> None:
-        self._wsgi = httpx.WSGITransport(app=_wsgi_app())
+    def __init__(self, *, remote_addr: str = "127.0.0.1") -> None:
+        # The outer request's client: per-address limits count it, not this process.
+        self._wsgi = httpx.WSGITransport(app=_wsgi_app(), remote_addr=remote_addr)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         body = await request.aread()
@@ -120,7 +122,7 @@ async def _resolve(ctx: Context) -> AsyncIterator[StatelessSession]:
     proto = request.headers.get("x-forwarded-proto") or request.url.scheme
     client = HikyakuClient(
         credentials,
-        transport=InProcessTransport(),
+        transport=InProcessTransport(remote_addr=client_address.from_scope(request.scope)),
         retries=0,
         headers={"X-Forwarded-Proto": proto},
     )

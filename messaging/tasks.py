@@ -6,7 +6,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from . import retention
-from .push import delivery
+from .push import delivery, runner
 
 
 @shared_task(name="messaging.deliver_webhook", ignore_result=True)
@@ -14,7 +14,7 @@ def deliver_webhook(delivery_id: int) -> None:
     """One attempt of a webhook delivery; schedules the next one when it must retry."""
     delay = delivery.attempt(delivery_id=delivery_id)
     if delay is not None:
-        deliver_webhook.apply_async((delivery_id,), countdown=delay, retry=False)
+        runner.send_to_workers([delivery_id], countdown=delay)
 
 
 @shared_task(name="messaging.retry_due_webhooks", ignore_result=True)

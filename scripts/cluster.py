@@ -13,7 +13,8 @@ Environment (defaults in brackets):
   CLUSTER_WEB_PORTS           comma-separated, one web process per port [8001,8002]
   CLUSTER_STREAM_PORT         [8010]
   CLUSTER_WEB_WORKERS         granian worker processes per web process [1]
-  CLUSTER_WORKER_CONCURRENCY  Celery worker pool size [2]
+  CLUSTER_WORKER_CONCURRENCY  Celery worker threads [8] (webhook deliveries wait on
+                              receivers: a pool of threads, docs/WEBHOOKS.md)
   DATABASE_URL                [postgres://postgres@127.0.0.1:5432/hikyaku_cluster]
                               (created if missing)
   REDIS_URL                   [redis://127.0.0.1:6379/7]
@@ -74,7 +75,7 @@ class Config:
             ],
             stream_port=int(os.environ.get("CLUSTER_STREAM_PORT", "8010")),
             web_workers=int(os.environ.get("CLUSTER_WEB_WORKERS", "1")),
-            worker_concurrency=int(os.environ.get("CLUSTER_WORKER_CONCURRENCY", "2")),
+            worker_concurrency=int(os.environ.get("CLUSTER_WORKER_CONCURRENCY", "8")),
             env=env,
         )
 
@@ -95,7 +96,8 @@ class Config:
         ]  # fmt: skip
         commands["worker"] = [
             str(BIN / "celery"), "-A", "hikyaku", "worker", "--loglevel", "INFO",
-            "--concurrency", str(self.worker_concurrency), "--hostname", self.worker_name,
+            "--pool", "threads", "--concurrency", str(self.worker_concurrency),
+            "--hostname", self.worker_name,
         ]  # fmt: skip
         commands["beat"] = [
             str(BIN / "celery"), "-A", "hikyaku", "beat", "--loglevel", "INFO",

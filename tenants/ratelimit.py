@@ -1,6 +1,7 @@
-"""Per-credential rate limiting (docs/PROTOCOL.md §4.6): a fixed one-minute window per API key or
-agent token, shared by every process through Redis when configured, and in process memory
-otherwise (the embedded single-process default).
+"""Rate limiting (docs/PROTOCOL.md §4.6): a fixed one-minute window per API key or agent token,
+per tenant, and per client address for failed authentications — shared by every process
+through Redis when configured, and in process memory otherwise (the embedded single-process
+default).
 
 With Redis, each process counts locally and adds its count to the shared window at most
 every FLUSH_EVERY requests or FLUSH_SECONDS per credential, instead of one round trip per
@@ -52,7 +53,8 @@ def _redis_client():
 
 def check_rate(credential_hash: str, *, limit: int | None = None) -> None:
     """Count one request for this credential (or any stable key, e.g. an anonymous caller's
-    address); raise RateLimited over `limit` (default HIKYAKU_RATE_LIMIT_PER_MINUTE).
+    address or a tenant); raise RateLimited over `limit` (default
+    HIKYAKU_RATE_LIMIT_PER_MINUTE).
 
     A Redis failure lets the request through: losing rate limiting for a moment is better
     than refusing every agent while Redis restarts."""
@@ -61,6 +63,37 @@ def check_rate(credential_hash: str, *, limit: int | None = None) -> None:
     if limit <= 0:
         return
     now = time.time()
+    count = _count(credential_hash, now)
+    if count > limit:
+        raise _limited(f"Rate limit of {limit} requests per minute exceeded", now)
+
+
+def count_failure(key: str) -> None:
+    """Count one failure against `key` (a budget checked by `check_budget`, not here)."""
+    _count(key, time.time())
+
+
+def check_budget(key: str, *, limit: int, what: str) -> None:
+    """Raise RateLimited when `key` has used up `limit` this minute, counting nothing. What
+    other processes counted shows once this process has flushed a count of its own for the
+    key (`count_failure`), so each process lets at most one more through than the limit."""
+    if limit <= 0:
+        return
+    now = time.time()
+    with _lock:
+        state = _windows.get(key)
+        used = state.shared + state.pending if state and state.window == int(now // 60) else 0
+    if used >= limit:
+        raise _limited(f"Too many {what} (at most {limit} per minute)", now)
+
+
+def _limited(reason: str, now: float) -> RateLimited:
+    retry_after = 60 - int(now) % 60
+    return RateLimited(f"{reason}; retry in {retry_after} s.", details={"retry_after": retry_after})
+
+
+def _count(credential_hash: str, now: float) -> int:
+    """Add one to this minute's count for the key; the count so far (shared and local)."""
     window = int(now // 60)
     with _lock:
         state = _windows.get(credential_hash)
@@ -91,10 +124,4 @@ def check_rate(credential_hash: str, *, limit: int | None = None) -> None:
                 state.shared = max(state.shared, shared)
             else:
                 state.pending += pending  # keep counting locally until Redis is back
-    count = state.shared + state.pending
-    if count > limit:
-        retry_after = 60 - int(now) % 60
-        raise RateLimited(
-            f"Rate limit of {limit} requests per minute exceeded; retry in {retry_after} s.",
-            details={"retry_after": retry_after},
-        )
+    return state.shared + state.pending

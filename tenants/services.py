@@ -6,6 +6,8 @@ in agents/services.py, the higher layer.
 
 from __future__ import annotations
 
+import secrets
+import string
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -41,6 +43,30 @@ def create_tenant(*, name: str, slug: str | None = None, owner: User | None = No
             f"A tenant with the slug {slug!r} already exists.", details={"slug": ["taken"]}
         ) from None
     return tenant
+
+
+SLUG_SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
+SLUG_SUFFIX_LENGTH = 6
+
+
+def create_own_tenant(*, name: str, owner: User, slug_prefix: str | None = None) -> Tenant:
+    """A tenant someone creates for themselves (the web UI), owned by them. Its slug is the
+    prefix (or the name) and a random suffix, `acme-k3x9p2`: slugs share one namespace, and a
+    slug the creator chose outright would tell them whether another tenant already has it
+    (docs/ARCHITECTURE.md, Web UI). Operators choose exact slugs (`create_tenant`)."""
+    prefix = slugify(slug_prefix or name)[: 64 - SLUG_SUFFIX_LENGTH - 1].strip("-")
+    if not prefix:
+        raise InvalidRequest(
+            "A tenant needs a name with letters or digits.", details={"name": ["invalid"]}
+        )
+    for _ in range(5):  # a collision of the suffix is a one-in-two-billion event
+        suffix = "".join(secrets.choice(SLUG_SUFFIX_ALPHABET) for _ in range(SLUG_SUFFIX_LENGTH))
+        try:
+            return create_tenant(name=name, slug=f"{prefix}-{suffix}", owner=owner)
+        except InvalidRequest as exc:
+            if (exc.details or {}).get("slug") != ["taken"]:
+                raise
+    raise InvalidRequest("Could not choose a free address; try again.")
 
 
 def get_or_create_tenant(*, slug: str) -> Tenant:

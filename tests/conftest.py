@@ -13,11 +13,16 @@ from tests.tiers import tier, wsgi_broker  # noqa: F401  (fixtures)
 # Webhook receivers started by the tests listen on 127.0.0.1, which the SSRF guard refuses
 # by default. Server processes started by the tests inherit this.
 os.environ.setdefault("HIKYAKU_WEBHOOK_ALLOWED_HOSTS", "127.0.0.1")
+# Every test client is 127.0.0.1, and the suite fails authentication on purpose thousands of
+# times a minute: the per-address budget for failures would soon refuse every test. The tests
+# of that budget (tests/security/test_limits.py) turn it on.
+os.environ.setdefault("HIKYAKU_AUTH_FAILURES_PER_MINUTE", "0")
 
 
 @pytest.fixture(autouse=True)
 def _webhooks_to_localhost(settings):
     settings.HIKYAKU_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    settings.HIKYAKU_AUTH_FAILURES_PER_MINUTE = 0
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from django import forms
 from django.utils import timezone
 
 from agents.models import Agent, Sensitivity
+from agents.services import RevokedKeyAgents
 from hikyaku import parsers
 from hikyaku.errors import HikyakuError, InvalidRequest
 from messaging.a2a.wire import Dialect, parse_message
@@ -36,10 +37,28 @@ def add_service_error(form: forms.Form, error: HikyakuError) -> None:
 class TenantForm(forms.Form):
     name = forms.CharField(max_length=200, widget=forms.TextInput(attrs={"autofocus": True}))
     slug = forms.SlugField(
-        max_length=64,
+        max_length=57,
         required=False,
-        help_text="Used in URLs. Letters, digits and dashes; made from the name when empty.",
+        label="Address",
+        help_text="The start of the tenant's address in URLs (letters, digits and dashes; "
+        "made from the name when empty), followed by a few random characters that keep it "
+        "apart from every other tenant's.",
     )
+
+
+class RevokeKeyForm(forms.Form):
+    """What becomes of the agents whose tokens the revoked key minted (they stop either way)."""
+
+    agents = forms.ChoiceField(
+        choices=RevokedKeyAgents.choices,
+        initial=RevokedKeyAgents.REVOKE_TOKENS,
+        required=False,
+        widget=forms.RadioSelect,
+        label="Agents registered with this key",
+    )
+
+    def clean_agents(self) -> str:
+        return self.cleaned_data.get("agents") or RevokedKeyAgents.REVOKE_TOKENS
 
 
 class AddMemberForm(forms.Form):

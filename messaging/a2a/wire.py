@@ -10,6 +10,8 @@ else, and every error, goes through a2a-sdk as described.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
 from datetime import datetime
 from typing import Any
@@ -113,6 +115,7 @@ def parse_message(
     forward-compatibility rule and drop them)."""
     if not isinstance(raw, dict):
         raise InvalidRequest("params.message must be an object.", details={"field": "message"})
+    _check_file_bytes(raw, dialect)
     try:
         if dialect is Dialect.V1_0:
             message = protojson.message_v1(raw, ignore_unknown_fields=ignore_unknown_fields)
@@ -173,6 +176,44 @@ def _parse_message_sdk(
     if metadata is not None and dialect is Dialect.V1_0 and isinstance(raw.get("metadata"), dict):
         message["metadata"] = raw["metadata"]
     return message
+
+
+def _check_file_bytes(raw: dict[str, Any], dialect: Dialect) -> None:
+    """Refuse file contents that are not base64. Both dialects' parsers decode leniently —
+    dropping what is not base64, so `"%%%"` became an empty file — and a file that is not
+    what was sent must be an error, never a silent loss. 1.0 (protobuf's JSON mapping) takes
+    either alphabet, padding optional; 0.3 the standard alphabet, padded. Line breaks (MIME
+    encoders insert them) are ignored in both."""
+    parts = raw.get("parts")
+    if not isinstance(parts, list):
+        return
+    for index, part in enumerate(parts):
+        if not isinstance(part, dict):
+            continue
+        if dialect is Dialect.V1_0:
+            value, field = part.get("raw"), f"message.parts[{index}].raw"
+        else:
+            file = part.get("file")
+            value = file.get("bytes") if isinstance(file, dict) else None
+            field = f"message.parts[{index}].file.bytes"
+        if isinstance(value, str) and not _is_base64(value, dialect):
+            raise InvalidRequest(
+                f"{field} is not base64: a file's content must be base64-encoded"
+                + (" (standard alphabet, padded)." if dialect is Dialect.V0_3 else "."),
+                details={"field": field},
+            )
+
+
+def _is_base64(value: str, dialect: Dialect) -> bool:
+    compact = value.replace("\r", "").replace("\n", "")
+    if dialect is Dialect.V1_0:
+        compact = compact.replace("-", "+").replace("_", "/")
+        compact += "=" * (-len(compact) % 4)
+    try:
+        base64.b64decode(compact, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
 
 
 def _timestamp(value: datetime) -> str:

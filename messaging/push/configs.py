@@ -48,8 +48,6 @@ def set_push_config(*, sender: Sender, config: ConfigInput, dialect: str = "1.0"
         raise TaskNotFound(f"Task not found: {config.task_id}")
     if not config.url:
         raise InvalidRequest("url is required.", details={"field": "url"})
-    if len(config.url) > 2000:
-        raise InvalidRequest("url is too long (2000 characters at most).", details={"field": "url"})
     check_url(config.url, field="url")
     config_id = config.config_id or str(task.id)
     if len(config_id) > 200:

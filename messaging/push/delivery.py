@@ -7,26 +7,27 @@ The database is the delivery guarantee, the queue only a wake-up (as for streams
    commit, enqueues them. A lost enqueue (Redis down, process killed) only delays a delivery: the beat task
    `retry_due_webhooks` re-enqueues pending rows whose attempt is overdue.
 2. `attempt` makes one attempt: it claims the row with a lease (so duplicate queue messages
-   never POST twice at once), re-checks that the destination may still see the task (current
-   policy, agent status), POSTs, and records the outcome. It returns the delay before the next
-   attempt — exponential backoff with jitter, capped — or None when the delivery is finished.
+   never POST twice at once) while its tenant and destination are under their caps
+   (messaging/push/fairness.py; otherwise the row waits without holding a worker),
+   re-checks that the destination may still see the task (current policy, agent status),
+   POSTs, records the outcome and wakes the deliveries its slot was holding back. It returns
+   the delay before the next attempt — exponential backoff with jitter, capped — or None
+   when there is nothing more to do for now.
 3. Celery tasks (messaging/tasks.py) call `attempt` and re-enqueue themselves with that delay.
    In the embedded default (eager Celery, no broker) the same loop runs on a small pool of
-   background threads instead, so a request never waits for a webhook.
+   background threads instead (messaging/push/runner.py), so a request never waits for a
+   webhook.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from functools import partial
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
-from django.db.models import F, Q
+from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from agents.models import Agent
@@ -35,7 +36,8 @@ from hikyaku import metrics
 
 from .. import policy
 from ..models import Task, TaskEvent, WebhookDelivery
-from . import http, payloads
+from . import fairness, http, payloads, runner
+from .fairness import UNFINISHED  # noqa: F401  (re-exported: the log's marker of an attempt in flight)
 
 log = logging.getLogger(__name__)
 Outcome = WebhookDelivery.Outcome
@@ -61,37 +63,44 @@ def backoff(attempts: int) -> float:
     return delay * random.uniform(0.9, 1.1)
 
 
-# What a claimed row says until its attempt records an outcome: if the worker dies mid-POST,
-# it stays there, and the row's `attempts` already counts the interrupted attempt.
-UNFINISHED = (
-    "No outcome recorded yet: in progress, or the worker was lost (retried after the lease)."
-)
-
-
 def attempt(*, delivery_id: int) -> float | None:
     """Make the next attempt of a pending delivery if it is due. Returns the delay before the
-    following attempt, or None when there is nothing more to do (finished, not due, or
-    claimed by another worker).
+    following attempt, or None when there is nothing more to do (finished, not due, claimed
+    by another worker, or waiting for a free slot: an attempt that finishes wakes it).
 
     The claim counts the attempt before the POST starts, so an attempt whose worker was
     killed is visible in the row (and counts towards HIKYAKU_WEBHOOK_MAX_ATTEMPTS: a
     delivery that kills every worker that tries it ends as failed instead of looping)."""
-    now = timezone.now()
-    timeout = settings.HIKYAKU_WEBHOOK_TIMEOUT_SECONDS
-    lease_until = now + timedelta(seconds=timeout * 3 + 30)
-    claimed = (
-        WebhookDelivery.objects.filter(pk=delivery_id, outcome=Outcome.PENDING)
-        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
-        .update(
-            next_attempt_at=lease_until,
-            attempts=F("attempts") + 1,
-            last_status=None,
-            last_error=UNFINISHED,
-            updated_at=now,
-        )
-    )
-    if not claimed:
+    claim = fairness.claim(delivery_id=delivery_id)
+    if claim is fairness.Claim.WAITING:
+        metrics.webhook_attempt("deferred")
+        if settings.CELERY_TASK_ALWAYS_EAGER:
+            # The embedded pool has no sweeper: its own timer stands in for a lost wake-up.
+            return fairness.waiting_fallback_seconds()
         return None
+    if claim is not fairness.Claim.CLAIMED:
+        return None
+    try:
+        return _attempt_claimed(delivery_id)
+    finally:
+        _wake_after(delivery_id)
+
+
+def _wake_after(delivery_id: int) -> None:
+    """The slot of this attempt is free: start the deliveries it was holding back. Never
+    raises: a lost wake-up only delays them (waiting rows fall due by themselves)."""
+    try:
+        row = WebhookDelivery.objects.filter(pk=delivery_id).values("tenant_id", "url").first()
+        woken = fairness.wake(tenant_id=row["tenant_id"], url=row["url"]) if row else []
+    except Exception:
+        log.exception("webhook delivery %s: waking waiting deliveries failed", delivery_id)
+        return
+    if woken:
+        enqueue(woken)
+
+
+def _attempt_claimed(delivery_id: int) -> float | None:
+    timeout = settings.HIKYAKU_WEBHOOK_TIMEOUT_SECONDS
     delivery = WebhookDelivery.objects.select_related(
         "agent", "push_config", "push_config__created_by"
     ).get(pk=delivery_id)
@@ -226,21 +235,14 @@ def enqueue(delivery_ids: list[int]) -> None:
     """Start delivering (after commit). Never raises: a delivery that could not be enqueued
     stays pending and `enqueue_due` picks it up."""
     if settings.CELERY_TASK_ALWAYS_EAGER:
-        for delivery_id in delivery_ids:
-            _local_submit(delivery_id)
+        runner.local_pool(_local_run).submit(delivery_ids)
         return
-    from ..tasks import deliver_webhook
-
-    for delivery_id in delivery_ids:
-        try:
-            deliver_webhook.apply_async((delivery_id,), retry=False)
-        except Exception as exc:  # the broker is down: the sweeper will retry
-            log.warning("webhook delivery %s not enqueued (%s); will retry", delivery_id, exc)
+    runner.send_to_workers(delivery_ids)
 
 
 def enqueue_due(*, limit: int = 1000) -> int:
     """Re-enqueue pending deliveries whose attempt is overdue (lost queue messages, crashed
-    workers). Run every minute by beat. Returns how many were enqueued."""
+    workers, lost wake-ups). Run every minute by beat. Returns how many were enqueued."""
     grace = timedelta(seconds=settings.HIKYAKU_WEBHOOK_SWEEP_GRACE_SECONDS)
     due = list(
         WebhookDelivery.objects.filter(
@@ -254,33 +256,10 @@ def enqueue_due(*, limit: int = 1000) -> int:
     return len(due)
 
 
-# The embedded default: a few background threads stand in for the Celery worker.
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _local_submit(delivery_id: int) -> None:
-    global _executor
-    if _executor is None:
-        with _executor_lock:
-            if _executor is None:
-                _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook")
-    _executor.submit(_local_run, delivery_id)
-
-
-def _local_run(delivery_id: int) -> None:
+def _local_run(delivery_id: int) -> float | None:
+    """One attempt on an embedded pool thread, with the connection handling of a request."""
     close_old_connections()
     try:
-        delay = attempt(delivery_id=delivery_id)
-    except Exception:
-        log.exception("webhook delivery %s failed unexpectedly", delivery_id)
-        delay = None
+        return attempt(delivery_id=delivery_id)
     finally:
-        close_old_connections()
-        from django.db import connection
-
         connection.close()
-    if delay is not None:
-        timer = threading.Timer(delay, _local_submit, args=(delivery_id,))
-        timer.daemon = True
-        timer.start()

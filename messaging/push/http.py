@@ -19,7 +19,7 @@ from typing import Any
 
 import httpcore
 
-from agents.destinations import DestinationRefused, resolve, split_url
+from agents.destinations import DestinationRefused, ResolutionFailed, resolve, split_url
 
 MAX_RESPONSE_BYTES = 4096  # what the log keeps of an error response
 
@@ -112,6 +112,8 @@ def post(url: str, *, body: bytes, headers: dict[str, str], timeout: float) -> R
             status = response.status
     except DestinationRefused as exc:
         return Result(None, str(exc), "refused")
+    except ResolutionFailed as exc:  # transient as often as not: retried
+        return Result(None, str(exc), "connection_error")
     except httpcore.TimeoutException as exc:
         return Result(None, f"timed out after {timeout:g}s ({exc.__class__.__name__})", "timeout")
     except (httpcore.NetworkError, httpcore.ProtocolError, OSError) as exc:

@@ -11,6 +11,7 @@ database restart is closed and the read retried once on a fresh one.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 from collections.abc import Callable
@@ -69,6 +70,8 @@ async def run_db(fn: Callable[..., T], *args: Any, retry: bool = True) -> T:
 
     A plain executor call rather than asgiref's sync_to_async, whose bookkeeping cost about
     as much CPU as a stream's whole read: Django's database connections are true thread
-    locals (not context-local), so nothing of the caller's context is needed there."""
+    locals (not context-local). The caller's context variables (the client's address, which
+    authentication throttles by) go along: copying a context costs next to nothing."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(executor(), _call, fn, args, retry)
+    context = contextvars.copy_context()
+    return await loop.run_in_executor(executor(), context.run, _call, fn, args, retry)

@@ -191,7 +191,7 @@ def test_revoking_the_last_key_records_every_deregistration_under_one_revision(t
 
     alice, bob = factories.agent(tenant, name="alice"), factories.agent(tenant, name="bob")
     start = revision(tenant)
-    assert services.revoke_api_key(api_key=api_key_by_raw(api_key)) == 2
+    assert services.revoke_api_key(api_key=api_key_by_raw(api_key)).deregistered == 2
     assert revision(tenant) == start + 1
     events = AgentEvent.objects.filter(kind="deregistered")
     assert sorted(str(e.agent_id) for e in events) == sorted([alice.id, bob.id])

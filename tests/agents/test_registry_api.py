@@ -199,9 +199,9 @@ def test_revoking_the_last_key_deregisters_the_tenants_agents(tenant, api_key, a
     from tenants.selectors import api_key_by_raw
 
     second = factories.api_key(tenant)
-    assert revoke_api_key(api_key=api_key_by_raw(api_key)) == 0
+    assert revoke_api_key(api_key=api_key_by_raw(api_key)).deregistered == 0
     assert agent.refresh().status == Agent.Status.ACTIVE
-    assert revoke_api_key(api_key=api_key_by_raw(second)) == 2
+    assert revoke_api_key(api_key=api_key_by_raw(second)).deregistered == 2
     for a in (agent, peer):
         model = a.refresh()
         assert model.status == Agent.Status.DEREGISTERED and model.deregistered_at is not None

@@ -267,7 +267,7 @@ PROBLEMS = [
     ("duplicate key", VALID + "    name: bobby\n", 9, "duplicate key 'name' (first at line 8)"),
     ("relation to nobody known", VALID.replace("[bob]", "[bob, zed]"), 7, "agent 'alice': send_to names 'zed', which is neither in this file nor a live agent of tenant 'acme'"),
     ("bad ceiling", VALID + "    disclosure_ceiling: secret\n", 9, "agent 'bob': disclosure_ceiling: \"secret\" is not a valid choice."),
-    ("bad URL", VALID + "    webhook_url: not a url\n", 9, "agent 'bob': webhook_url: Enter a valid URL."),
+    ("bad URL", VALID + "    webhook_url: not a url\n", 9, "agent 'bob': webhook_url: Only http and https URLs are allowed."),
     ("private URL", VALID + "    webhook_url: http://169.254.169.254/latest\n", 9, "agent 'bob': webhook_url: 169.254.169.254 is a private, loopback or link-local address"),
     ("status deregistered", VALID + "    status: deregistered\n", 9, "agent 'bob': status: \"deregistered\" is not a valid choice."),
     ("public not a boolean", VALID + "    public: 1\n", 9, "agent 'bob': public: Must be a valid boolean."),

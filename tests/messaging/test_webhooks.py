@@ -318,6 +318,53 @@ def test_a_destination_that_turned_private_is_refused_at_delivery(
     assert receiver.requests == []
 
 
+@pytest.mark.django_db
+def test_a_name_that_does_not_resolve_is_retried_then_failed_not_refused(tenant, agent):
+    bob = with_webhook(tenant, "bob", "http://no-such-host.invalid/hook")
+    send(agent, bob.id)
+    row = only_delivery()
+    assert delivery.attempt(delivery_id=row.pk) is not None  # a retry is scheduled
+    row.refresh_from_db()
+    assert (row.outcome, row.attempts) == (Outcome.PENDING, 1)
+    assert "no-such-host.invalid does not resolve" in row.last_error
+    WebhookDelivery.objects.filter(pk=row.pk).update(next_attempt_at=None)
+    row = run_until_finished(row.pk)
+    assert (row.outcome, row.attempts) == (Outcome.FAILED, 4)
+
+
+@pytest.mark.django_db
+def test_a_transient_dns_failure_is_retried_and_delivered(tenant, agent, receiver, monkeypatch):
+    """EAI_AGAIN (the resolver timed out, say) is a failed attempt like a refused connection,
+    never a refusal of the destination. The resolver is the operating system's: it is
+    replaced here by one that fails once, then answers with the receiver's address."""
+    import socket
+
+    real = socket.getaddrinfo
+    calls = []
+
+    def flaky_resolver(host, port, *args, **kwargs):
+        if host != "hooks.test":
+            return real(host, port, *args, **kwargs)
+        calls.append(host)
+        if len(calls) == 1:
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return real("127.0.0.1", port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", flaky_resolver)
+    port = receiver.server.server_address[1]
+    bob = with_webhook(tenant, "bob", f"http://hooks.test:{port}/hook")
+    send(agent, bob.id)
+    row = only_delivery()
+    assert delivery.attempt(delivery_id=row.pk) is not None
+    row.refresh_from_db()
+    assert row.outcome == Outcome.PENDING
+    assert row.last_error == "hooks.test does not resolve (Temporary failure in name resolution)."
+    WebhookDelivery.objects.filter(pk=row.pk).update(next_attempt_at=None)
+    row = run_until_finished(row.pk)
+    assert (row.outcome, row.attempts, row.last_status) == (Outcome.DELIVERED, 2, 200)
+    assert len(receiver.requests) == 1 and calls == ["hooks.test", "hooks.test"]
+
+
 # Policy and status are re-checked at delivery time -------------------------------------------
 
 
@@ -463,9 +510,9 @@ def test_a_failed_enqueue_never_fails_the_send(settings, tenant, agent, monkeypa
     def broken(*args, **kwargs):
         raise ConnectionError("redis is down")
 
-    from messaging import tasks
+    from hikyaku import celery_app
 
-    monkeypatch.setattr(tasks.deliver_webhook, "apply_async", broken)
+    monkeypatch.setattr(celery_app, "send_task", broken)
     bob = with_webhook(tenant, "bob", "https://hooks.example.com/x")
     delivery.enqueue([1, 2, 3])  # logs, never raises
     send(agent, bob.id)

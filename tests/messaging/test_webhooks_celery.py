@@ -25,9 +25,10 @@ import redis
 from agents import services as agent_services
 from messaging.models import WebhookDelivery
 from messaging.push import payloads
+from messaging.push.fairness import WAITING
 from tests import factories, live
 from tests.live import ROOT, BrokerProcess
-from tests.messaging.receiver import free_port
+from tests.messaging.receiver import Receiver, free_port
 from tests.messaging.rpc import message
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -54,7 +55,6 @@ def celery_env() -> dict[str, str]:
         "CELERY_BROKER_URL": url,
         "CELERY_TASK_DEFAULT_QUEUE": f"hikyaku-test-{uuid.uuid4().hex[:12]}",
         "HIKYAKU_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1",
-        "HIKYAKU_WEBHOOK_TIMEOUT_SECONDS": "1",
         "HIKYAKU_WEBHOOK_BACKOFF_SECONDS": "0.2",
         "HIKYAKU_WEBHOOK_BACKOFF_CAP_SECONDS": "1",
         "HIKYAKU_WEBHOOK_MAX_ATTEMPTS": "3",
@@ -82,8 +82,12 @@ def worker(django_db_setup, django_db_blocker, celery_env) -> Iterator[subproces
                 "worker",
                 "--loglevel",
                 "INFO",
+                # The worker as `make cluster` and docker-compose.yml run it: deliveries wait
+                # on receivers, so a pool of threads (docs/WEBHOOKS.md, Who delivers).
+                "--pool",
+                "threads",
                 "--concurrency",
-                "2",
+                "8",
                 "--queues",
                 celery_env["CELERY_TASK_DEFAULT_QUEUE"],
                 "--without-gossip",
@@ -184,3 +188,31 @@ def test_a_celery_worker_delivers_push_configs_and_gives_up(
     assert (row.outcome, row.attempts) == ("failed", 3)
     assert all(r.headers["X-A2A-Notification-Token"] == "tok" for r in requests)
     assert requests[0].json["statusUpdate"]["status"]["state"] == "TASK_STATE_WORKING"
+
+
+def test_a_tenants_slow_receiver_does_not_delay_another_tenants_webhooks(
+    worker, queued_broker, tenant, other_tenant
+):
+    """The fairness scenario (docs/WEBHOOKS.md, Fairness) through Redis and a real worker:
+    12 messages to a receiver that answers after 10 s (each attempt times out after the
+    default 5 s) hold up another tenant's webhook by at most a second."""
+    slow, fast = Receiver(hang_seconds=10).start(), Receiver().start()
+    try:
+        alice = factories.agent(tenant, name="alice")
+        bob = factories.agent(tenant, name="bob", webhook_url=slow.url)
+        carol = factories.agent(other_tenant, name="carol")
+        dave = factories.agent(other_tenant, name="dave", webhook_url=fast.url)
+        for n in range(12):
+            send_over_http(queued_broker, alice, {"message": message(f"slow {n}", to=bob.id)})
+        slow.wait_for(2, timeout=30)
+        time.sleep(0.5)  # the worker has taken (and set aside) every one of the 12
+        sent_at = time.monotonic()
+        send_over_http(queued_broker, carol, {"message": message("fast", to=dave.id)})
+        (arrived,) = fast.wait_for(1, timeout=15)
+        assert arrived.at - sent_at <= 1.0
+        assert len(slow.requests) == 2  # the tenant's cap (HIKYAKU_WEBHOOK_TENANT_CONCURRENCY)
+        waiting = WebhookDelivery.objects.filter(agent_id=bob.id, last_error=WAITING)
+        assert waiting.count() == 10
+    finally:
+        slow.stop()  # what is left is refused at once, so the worker is idle again soon
+        fast.stop()

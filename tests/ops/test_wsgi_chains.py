@@ -7,6 +7,7 @@ else must still get the full chain (sessions, CSRF)."""
 
 import io
 import json
+import logging
 
 import pytest
 from django.conf import settings
@@ -58,7 +59,7 @@ def allow_localhost(settings):
 
 
 def test_a_jsonrpc_call_keeps_its_security_headers_and_request_log_and_sets_no_cookie(
-    tenant, allow_localhost, capfd
+    tenant, allow_localhost, caplog
 ):
     alice, bob = factories.agent(tenant, name="alice"), factories.agent(tenant, name="bob")
     body = json.dumps(
@@ -76,9 +77,10 @@ def test_a_jsonrpc_call_keeps_its_security_headers_and_request_log_and_sets_no_c
             },
         }
     ).encode()
-    status, headers, out = wsgi_call(
-        "POST", "/a2a/", body, {"Authorization": f"Bearer {alice.token}", "A2A-Version": "1.0"}
-    )
+    with caplog.at_level(logging.INFO, logger="hikyaku.request"):
+        status, headers, out = wsgi_call(
+            "POST", "/a2a/", body, {"Authorization": f"Bearer {alice.token}", "A2A-Version": "1.0"}
+        )
     assert status == 200, out
     assert json.loads(out)["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     assert "frame-ancestors 'none'" in headers["content-security-policy"][0]
@@ -86,7 +88,9 @@ def test_a_jsonrpc_call_keeps_its_security_headers_and_request_log_and_sets_no_c
     assert headers["x-frame-options"] == ["DENY"]
     assert headers["x-request-id"]
     assert "set-cookie" not in headers and "vary" not in headers  # no session, no CSRF
-    assert "POST /a2a/ 200" in capfd.readouterr().err  # the request log line
+    # The request log line (its records: the handler's stream is whatever stderr was when the
+    # first test imported hikyaku.wsgi, which configures logging).
+    assert "POST /a2a/ 200" in [r.getMessage()[: len("POST /a2a/ 200")] for r in caplog.records]
 
 
 def test_an_oversized_jsonrpc_body_is_still_refused(allow_localhost):

@@ -78,6 +78,7 @@ class Server:
             "DATABASE_URL": database_url,
             "HIKYAKU_LOG_FORMAT": "text",
             "HIKYAKU_RATE_LIMIT_PER_MINUTE": "0",
+            "HIKYAKU_TENANT_RATE_LIMIT_PER_MINUTE": "0",
             **(env or {}),
         }
         self.proc: subprocess.Popen | None = None

@@ -63,7 +63,11 @@ def test_sends_succeed_while_redis_is_dead(tenant, kind):
         kind=kind,
         database_url=live.test_database_url(),
         port=port_in_range(8800, 8899),
-        env={"REDIS_URL": redis.url, "HIKYAKU_RATE_LIMIT_PER_MINUTE": "100000"},
+        env={
+            "REDIS_URL": redis.url,
+            "HIKYAKU_RATE_LIMIT_PER_MINUTE": "100000",
+            "HIKYAKU_TENANT_RATE_LIMIT_PER_MINUTE": "100000",
+        },
     ).start()
     try:
         load = SendLoad(
@@ -124,6 +128,7 @@ def stream_cluster(tenant, redis: PrivateRedis) -> tuple[Server, Server]:
     env = {
         "REDIS_URL": redis.url,
         "HIKYAKU_RATE_LIMIT_PER_MINUTE": "100000",
+        "HIKYAKU_TENANT_RATE_LIMIT_PER_MINUTE": "100000",
         "HIKYAKU_STREAM_SCAN_SECONDS": str(SCAN_SECONDS),
     }
     database_url = live.test_database_url()

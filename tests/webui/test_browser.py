@@ -66,7 +66,8 @@ def test_sign_up_create_tenant_key_agents_and_revoke(browser_session):
     # Create a tenant: its creator becomes its owner and lands on the keys page.
     page.fill("input[name=name]", "Acme Robotics")
     page.get_by_role("button", name="Create tenant").click()
-    page.wait_for_url("**/ui/t/acme-robotics/keys/")
+    page.wait_for_url(re.compile(r".*/ui/t/acme-robotics-[a-z0-9]{6}/keys/$"))
+    slug = page.url.split("/ui/t/")[1].split("/")[0]  # the name and a random suffix
     expect(page.get_by_text("No keys yet")).to_be_visible()
 
     # Create a key: shown once, with a copy button and a warning.
@@ -85,16 +86,16 @@ def test_sign_up_create_tenant_key_agents_and_revoke(browser_session):
     expect(page.get_by_text("That key was already created")).to_be_visible()
     assert raw_key not in page.content()
     assert "/keys/new/" not in page.url
-    page.goto("/ui/t/acme-robotics/keys/")
+    page.goto(f"/ui/t/{slug}/keys/")
     assert raw_key not in page.content()
-    assert ApiKey.objects.filter(tenant__slug="acme-robotics").count() == 1
+    assert ApiKey.objects.filter(tenant__slug=slug).count() == 1
 
     # Two agents register with the key over the REST API (real HTTP).
     alice = register_agent(ui.base_url, raw_key, "alice", "Reviews pull requests")
     bob = register_agent(ui.base_url, raw_key, "bob", "Builds and ships")
 
     # They appear on the agents page, with their details.
-    page.goto("/ui/t/acme-robotics/agents/")
+    page.goto(f"/ui/t/{slug}/agents/")
     table = page.get_by_test_id("agents")
     expect(table.locator(f"tr[data-agent-id='{alice['agent_id']}']")).to_contain_text("alice")
     expect(table.locator(f"tr[data-agent-id='{bob['agent_id']}']")).to_contain_text("Bob work")
@@ -110,10 +111,10 @@ def test_sign_up_create_tenant_key_agents_and_revoke(browser_session):
     page.fill("textarea[name=text]", "Please review <PR #12> before the release.")
     page.fill("textarea[name=data]", '{"pr": 12, "repo": "acme/robot"}')
     page.get_by_role("button", name="Send").click()
-    page.wait_for_url(re.compile(r".*/ui/t/acme-robotics/tasks/[0-9a-f-]{36}/$"))
+    page.wait_for_url(re.compile(rf".*/ui/t/{slug}/tasks/[0-9a-f-]{{36}}/$"))
     task_id = page.url.rstrip("/").rsplit("/", 1)[1]
     expect(page.get_by_test_id("task-state")).to_have_text("Unread")
-    page.goto(f"/ui/t/acme-robotics/agents/{bob['agent_id']}/inbox/")
+    page.goto(f"/ui/t/{slug}/agents/{bob['agent_id']}/inbox/")
     row = page.locator(f"tr[data-task-id='{task_id}']")
     expect(row).to_contain_text("Please review <PR #12> before the release.")
     expect(row.get_by_test_id("task-state")).to_have_text("Unread")
@@ -139,7 +140,7 @@ def test_sign_up_create_tenant_key_agents_and_revoke(browser_session):
         },
     )
     assert "error" not in acked.json(), acked.text
-    page.goto(f"/ui/t/acme-robotics/tasks/{task_id}/")
+    page.goto(f"/ui/t/{slug}/tasks/{task_id}/")
     expect(page.get_by_test_id("task-state")).to_have_text("Completed")
     expect(page.get_by_test_id("timeline").locator("li")).to_have_count(2)
     expect(page.get_by_test_id("timeline")).to_contain_text("Looks good, merging.")
@@ -147,7 +148,7 @@ def test_sign_up_create_tenant_key_agents_and_revoke(browser_session):
     ui.shot("07-task")
 
     # The keys page counts the key's agents.
-    page.goto("/ui/t/acme-robotics/keys/")
+    page.goto(f"/ui/t/{slug}/keys/")
     row = page.locator(f"tr[data-key-prefix='{raw_key[4:12]}']")
     expect(row.locator("td[data-label=Agents]")).to_have_text("2")
     expect(row).to_contain_text("CI runners")
@@ -160,12 +161,12 @@ def test_sign_up_create_tenant_key_agents_and_revoke(browser_session):
     expect(warning).to_contain_text("deregisters all 2 agents")
     ui.shot("08-revoke-confirm")
     page.get_by_role("button", name="Revoke key and deregister agents").click()
-    page.wait_for_url("**/ui/t/acme-robotics/keys/")
+    page.wait_for_url(f"**/ui/t/{slug}/keys/")
     expect(page.get_by_text("2 agent(s) were deregistered")).to_be_visible()
     expect(row.locator("td[data-label=Status]")).to_have_text("Revoked")
 
     # The agents are deregistered, the key no longer works.
-    page.goto("/ui/t/acme-robotics/agents/?status=deregistered")
+    page.goto(f"/ui/t/{slug}/agents/?status=deregistered")
     expect(page.get_by_test_id("agents")).to_contain_text("alice")
     expect(page.get_by_test_id("agents")).to_contain_text("bob")
     assert set(Agent.objects.values_list("status", flat=True)) == {"deregistered"}
@@ -219,6 +220,8 @@ def test_the_ui_works_on_a_phone(phone_session, browser_session):
     desktop = browser_session.page
     desktop.fill("input[name=name]", "Mobile Lab")
     desktop.get_by_role("button", name="Create tenant").click()
+    desktop.wait_for_url(re.compile(r".*/ui/t/mobile-lab-[a-z0-9]{6}/keys/$"))
+    slug = desktop.url.split("/ui/t/")[1].split("/")[0]
     desktop.get_by_role("button", name="Create key").click()
     raw_key = desktop.get_by_test_id("new-api-key").inner_text().strip()
     for name in ("scout", "builder", "reviewer"):
@@ -230,14 +233,14 @@ def test_the_ui_works_on_a_phone(phone_session, browser_session):
     phone.fill("input[name=password]", PASSWORD)
     phone.get_by_role("button", name="Sign In").click()
     phone.wait_for_url("**/ui/")
-    phone.goto("/ui/t/mobile-lab/agents/")
+    phone.goto(f"/ui/t/{slug}/agents/")
     expect(phone.get_by_test_id("agents")).to_contain_text("reviewer")
     # Nothing is wider than the screen: tables turn into stacked cards.
     assert phone.evaluate("document.documentElement.scrollWidth") <= 390
     phone_session.shot("10-phone-agents")
     phone.get_by_test_id("tenant-switcher").click()
     expect(phone.get_by_role("link", name="+ New tenant")).to_be_visible()
-    phone.goto("/ui/t/mobile-lab/keys/")
+    phone.goto(f"/ui/t/{slug}/keys/")
     assert phone.evaluate("document.documentElement.scrollWidth") <= 390
     phone_session.shot("11-phone-keys")
     phone_session.assert_no_console_errors()
@@ -251,7 +254,8 @@ def test_inbox_and_task_pages_update_live_without_reload(browser_session):
     sign_up(ui, "lin@example.com")
     page.fill("input[name=name]", "Live Co")
     page.get_by_role("button", name="Create tenant").click()
-    page.wait_for_url("**/ui/t/live-co/keys/")
+    page.wait_for_url(re.compile(r".*/ui/t/live-co-[a-z0-9]{6}/keys/$"))
+    slug = page.url.split("/ui/t/")[1].split("/")[0]
     page.fill("input[name=label]", "live")
     page.get_by_role("button", name="Create key").click()
     raw_key = page.get_by_test_id("new-api-key").inner_text().strip()
@@ -259,15 +263,15 @@ def test_inbox_and_task_pages_update_live_without_reload(browser_session):
     bob = register_agent(ui.base_url, raw_key, "bob", "Receives")
 
     inbox = page.context.new_page()
-    inbox.goto(f"/ui/t/live-co/agents/{bob['agent_id']}/inbox/")
+    inbox.goto(f"/ui/t/{slug}/agents/{bob['agent_id']}/inbox/")
     expect(inbox.locator("[data-live-status]")).to_have_attribute("data-live-status", "live")
 
-    page.goto(f"/ui/t/live-co/agents/{alice['agent_id']}/")
+    page.goto(f"/ui/t/{slug}/agents/{alice['agent_id']}/")
     page.get_by_role("link", name="Send as alice").click()
     page.select_option("select[name=to]", bob["agent_id"])
     page.fill("textarea[name=text]", "Ship it when green.")
     page.get_by_role("button", name="Send").click()
-    page.wait_for_url(re.compile(r".*/ui/t/live-co/tasks/[0-9a-f-]{36}/$"))
+    page.wait_for_url(re.compile(rf".*/ui/t/{slug}/tasks/[0-9a-f-]{{36}}/$"))
     task_id = page.url.rstrip("/").rsplit("/", 1)[1]
 
     # No reload of the inbox tab: the row arrives through the session stream.

@@ -88,15 +88,30 @@ def test_api_404s_stay_json_while_ui_404s_are_pages(owner_client):
 
 def test_creating_a_tenant_makes_the_creator_its_owner(user_client, user):
     response = user_client.post("/ui/tenants/new/", {"name": "Initech Labs"})
-    assert response.status_code == 302 and response["Location"] == "/ui/t/initech-labs/keys/"
-    membership = Membership.objects.get(user=user, tenant__slug="initech-labs")
-    assert membership.role == "owner"
+    assert response.status_code == 302
+    slug = re.fullmatch(r"/ui/t/(initech-labs-[a-z0-9]{6})/keys/", response["Location"])[1]
+    membership = Membership.objects.get(user=user, tenant__slug=slug)
+    assert membership.role == "owner" and membership.tenant.name == "Initech Labs"
 
 
-def test_a_taken_slug_is_a_form_error(user_client, tenant):
-    response = user_client.post("/ui/tenants/new/", {"name": "Acme"})
+def test_creating_a_tenant_tells_nothing_of_other_tenants_slugs(user_client, tenant):
+    """`acme` exists (another tenant): asking for it reads exactly like asking for a slug
+    nobody has — a new address with a random suffix, never "already exists"."""
+    answers = []
+    for name, slug in (("Acme", ""), ("Whatever", "acme"), ("Nobody", "nobody-has-this")):
+        response = user_client.post("/ui/tenants/new/", {"name": name, "slug": slug})
+        assert response.status_code == 302, response.content.decode()[:500]
+        answers.append(response["Location"])
+    assert re.fullmatch(r"/ui/t/acme-[a-z0-9]{6}/keys/", answers[0])
+    assert re.fullmatch(r"/ui/t/acme-[a-z0-9]{6}/keys/", answers[1])
+    assert re.fullmatch(r"/ui/t/nobody-has-this-[a-z0-9]{6}/keys/", answers[2])
+    assert len(set(answers)) == 3 and tenant.slug == "acme"
+
+
+def test_a_tenant_name_without_letters_is_a_form_error(user_client):
+    response = user_client.post("/ui/tenants/new/", {"name": "!!!"})
     assert response.status_code == 200
-    assert "already exists" in response.content.decode()
+    assert "needs a name with letters or digits" in response.content.decode()
 
 
 def test_home_lists_my_tenants_and_the_switcher_offers_them(owner_client, other_tenant):

@@ -14,7 +14,7 @@ from hikyaku.errors import InvalidRequest
 from tenants.models import ApiKey
 from tenants.services import create_api_key
 
-from ..forms import ApiKeyForm, add_service_error
+from ..forms import ApiKeyForm, RevokeKeyForm, add_service_error
 from .base import TenantContext, render_page, tenant_view
 
 # Session key of the one-time form tokens already used to create a key (tokens only; the raw
@@ -88,17 +88,26 @@ def key_create(request: HttpRequest, ctx: TenantContext) -> HttpResponse:
 
 @tenant_view(owner_only=True)
 def key_revoke(request: HttpRequest, ctx: TenantContext, key_id: str) -> HttpResponse:
-    """GET shows what revoking would do; POST revokes (the tenant's last active key takes its
-    agents with it, as agents.services.revoke_api_key implements)."""
+    """GET shows what revoking would do; POST revokes. The agents whose tokens the key minted
+    stop (tokens revoked, or deregistered: the owner's choice), and the tenant's last active
+    key takes every agent with it, as agents.services.revoke_api_key implements."""
     api_key = _key_of(ctx, key_id)
     if api_key.revoked_at is not None:
         messages.info(request, f"Key hky_{api_key.prefix}… is already revoked.")
         return redirect("webui:keys", slug=ctx.tenant.slug)
+    form = RevokeKeyForm(request.POST if request.method == "POST" else None)
     if request.method == "POST":
-        deregistered = agent_services.revoke_api_key(api_key=api_key)
-        note = f" {deregistered} agent(s) were deregistered." if deregistered else ""
-        messages.success(request, f"Key hky_{api_key.prefix}… revoked.{note}")
-        return redirect("webui:keys", slug=ctx.tenant.slug)
+        if form.is_valid():
+            done = agent_services.revoke_api_key(
+                api_key=api_key, agents=form.cleaned_data["agents"]
+            )
+            note = ""
+            if done.deregistered:
+                note = f" {done.deregistered} agent(s) were deregistered."
+            elif done.tokens_revoked:
+                note = f" {done.tokens_revoked} agent(s) lost the token this key gave them."
+            messages.success(request, f"Key hky_{api_key.prefix}… revoked.{note}")
+            return redirect("webui:keys", slug=ctx.tenant.slug)
     return render_page(
         request,
         "webui/key_revoke.html",
@@ -106,6 +115,7 @@ def key_revoke(request: HttpRequest, ctx: TenantContext, key_id: str) -> HttpRes
             "section": "keys",
             "api_key": api_key,
             "impact": agent_selectors.revocation_impact(api_key=api_key),
+            "form": form,
         },
         ctx=ctx,
     )

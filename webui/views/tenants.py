@@ -35,9 +35,9 @@ def tenant_create(request: HttpRequest) -> HttpResponse:
     form = TenantForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            tenant = tenant_services.create_tenant(
+            tenant = tenant_services.create_own_tenant(
                 name=form.cleaned_data["name"],
-                slug=form.cleaned_data["slug"] or None,
+                slug_prefix=form.cleaned_data["slug"] or None,
                 owner=request.user,
             )
         except InvalidRequest as error:
