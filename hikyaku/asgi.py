@@ -13,6 +13,9 @@ streaming response: docs/MEASUREMENTS.md); everything else goes to Django's ASGI
 - `POST /a2a/agents/<id>/` with one of those methods
                                                 → A2A streaming on an agent's own endpoint
                                                   (messaging/stream/peer.py), likewise
+- `POST /a2a/agents/<id>/` with a SendMessage that waits for the agent's answer
+                                                → the blocking send, waiting on the hub
+                                                  (messaging/stream/answers.py), likewise
 - `/mcp`                                        → MCP over Streamable HTTP (messaging/mcp_http.py)
 
 The lifespan protocol starts and stops the per-process stream hub and the MCP session
@@ -33,7 +36,7 @@ django_application = get_asgi_application()
 hold_server_lock(settings.DATABASES["default"])
 
 from messaging import mcp_http  # noqa: E402  (needs the app registry set up above)
-from messaging.stream import a2a, inbox, peer, web  # noqa: E402
+from messaging.stream import a2a, answers, inbox, peer, web  # noqa: E402
 from messaging.stream.hub import hub  # noqa: E402
 
 RPC_PATHS = ("/", "/a2a/")
@@ -116,14 +119,17 @@ async def application(scope, receive, send):
         peer_path = peer.PATH.match(path) if path.startswith("/a2a/agents/") else None
         if method == "POST" and (path in RPC_PATHS or peer_path):
             body, messages = await _read_body(receive)
-            payload = (
-                _streaming_call(body) if len(body) <= settings.HIKYAKU_MAX_BODY_BYTES else None
-            )
+            fits = len(body) <= settings.HIKYAKU_MAX_BODY_BYTES
+            payload = _streaming_call(body) if fits else None
             if payload is not None and peer_path:
                 await peer.agent_stream(scope, receive, send, payload, peer_path["agent_id"])
                 return
             if payload is not None:
                 await a2a.jsonrpc_stream(scope, receive, send, payload)
+                return
+            waiting = answers.waiting_send(body, scope) if peer_path and fits else None
+            if waiting is not None:
+                await answers.agent_send(scope, receive, send, waiting, peer_path["agent_id"])
                 return
             receive = _replay(messages, receive)
     await django_application(scope, receive, send)

@@ -25,7 +25,8 @@ from hikyaku.errors import (
 )
 
 from ..parties import Sender
-from ..stream.a2a import STREAMING_METHODS, wsgi_response
+from ..stream.a2a import STREAMING_METHODS
+from ..stream.handoff import call_refused
 from . import errors
 from .methods import METHODS, Call
 from .wire import dialect_for
@@ -154,6 +155,9 @@ def jsonrpc(request: HttpRequest) -> HttpResponse:
     if isinstance(envelope, HttpResponse):
         return envelope
     request_id, method, params = envelope.request_id, envelope.method, envelope.params
+    if method in STREAMING_METHODS:
+        # Served by the stream processes, never in a web thread (messaging/stream/handoff.py).
+        return call_refused(request_id, method)
     try:
         dialect = dialect_for(request.headers.get("A2A-Version"))
         identity = authenticate_agent(
@@ -165,10 +169,6 @@ def jsonrpc(request: HttpRequest) -> HttpResponse:
             "agent_id": str(identity.agent.id),
             "rpc_method": method,
         }
-        if method in STREAMING_METHODS:
-            # Normally answered by the stream handler in front of Django (hikyaku.asgi); a
-            # WSGI web process has none, so it serves the stream by polling.
-            return wsgi_response(identity, dialect, request_id, method, params)
         handler = METHODS.get(method)
         if handler is None:
             return _json(

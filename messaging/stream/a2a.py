@@ -13,8 +13,8 @@ the stream starts (bad params, unknown task, a terminal task for SubscribeToTask
 are a plain JSON-RPC error response; errors after it are an `event: error` frame carrying a
 JSON-RPC error, then the end of the stream.
 
-Served by the lean ASGI handler in stream processes (`jsonrpc_stream`); a WSGI web process
-answers the same requests by polling the database (`wsgi_response`).
+Served by the lean ASGI handler in stream processes (`jsonrpc_stream`); a web (WSGI) process
+hands these requests to them (messaging/stream/handoff.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from a2a.compat.v0_3 import conversions
 from a2a.types import StreamResponse
 from django.db import DatabaseError, DataError
 from django.db.models import Max
-from django.http import StreamingHttpResponse
 from google.protobuf.json_format import ParseDict
 
 from agents.auth import AgentIdentity, authenticate_agent, identity_is_current
@@ -51,7 +50,7 @@ from ..parties import Sender
 from . import sse
 from .db import run_db
 from .feeds import PAGE, Batch, Feed
-from .serve import polled_response, serve
+from .serve import serve
 
 log = logging.getLogger(__name__)
 
@@ -253,10 +252,3 @@ async def open_or_answer(
         body = errors.response(request_id, errors.from_domain(ServiceUnavailable()))
         await sse.send_json(send, 503, body)
     return None
-
-
-def wsgi_response(
-    identity: AgentIdentity, dialect: Dialect, request_id: Any, method: str, params: dict
-) -> StreamingHttpResponse:
-    """A streaming method that reached a WSGI process (no stream handler in front of it)."""
-    return polled_response(lambda: begin(identity, dialect, request_id, method, params))

@@ -25,7 +25,6 @@ from typing import Any
 
 from agents.auth import AgentIdentity, client_address
 from agents.models import Agent
-from agents.selectors import peer_reachability
 from hikyaku.errors import (
     AgentNotFound,
     TaskNotFound,
@@ -90,14 +89,6 @@ class PeerTaskFeed(TaskFeed):
         self.awaiting = peer_view.awaiting_after(row, self.awaiting)
         results = peer_view.caller_updates(row, task, awaiting=self.awaiting)
         return results, peer_view.interrupts(row)
-
-    def check(self) -> str | None:
-        """The hub's callee check, for the WSGI fallback (which has no hub)."""
-        agent_id, needs_public = self.callee
-        public = peer_reachability({agent_id}).get(agent_id)
-        if public is None or (needs_public and not public):
-            return "callee"
-        return None
 
     def closing_frames(self, reason: str) -> list[bytes]:
         if reason == "callee":
