@@ -3,13 +3,17 @@
     python scripts/cluster.py start | stop | status
 
 Starts, from the machine's Postgres and Redis: migrate (in the foreground), two granian WSGI
-web processes, one uvicorn stream process, a Celery worker and Celery beat; waits until each
-is ready; writes `<name>.pid` and `<name>.log` per process to the run directory. `stop`
-sends SIGTERM to each process group it started (SIGKILL after 15 s).
+web processes, one uvicorn stream process, a Celery worker, Celery beat and nginx in front
+of them with deploy/nginx.conf (its upstreams pointed at these ports: streams and every
+long-held call to the stream process, the rest to the web processes); waits until each is
+ready; writes `<name>.pid` and `<name>.log` per process to the run directory. `stop` sends
+SIGTERM to each process group it started (SIGKILL after 15 s).
 
 Environment (defaults in brackets):
   CLUSTER_DIR                 run directory [.run/cluster]
   CLUSTER_HOST                bind address [127.0.0.1]
+  CLUSTER_PROXY_PORT          nginx, the address clients use [8000]; 0: no proxy
+  CLUSTER_NGINX               the nginx executable [nginx on PATH, else /usr/sbin/nginx]
   CLUSTER_WEB_PORTS           comma-separated, one web process per port [8001,8002]
   CLUSTER_STREAM_PORT         [8010]
   CLUSTER_WEB_WORKERS         granian worker processes per web process [1]
@@ -43,6 +47,7 @@ from urllib.parse import urlsplit, urlunsplit
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 STATE = "cluster.json"
+NGINX_CONF = REPO / "deploy" / "nginx.conf"
 
 
 @dataclass
@@ -53,6 +58,8 @@ class Config:
     stream_port: int
     web_workers: int
     worker_concurrency: int
+    proxy_port: int  # 0: no proxy
+    nginx: str | None
     env: dict[str, str]
 
     @classmethod
@@ -75,6 +82,8 @@ class Config:
             stream_port=int(os.environ.get("CLUSTER_STREAM_PORT", "8010")),
             web_workers=int(os.environ.get("CLUSTER_WEB_WORKERS", "1")),
             worker_concurrency=int(os.environ.get("CLUSTER_WORKER_CONCURRENCY", "2")),
+            proxy_port=int(os.environ.get("CLUSTER_PROXY_PORT", "8000")),
+            nginx=os.environ.get("CLUSTER_NGINX") or _find_nginx(),
             env=env,
         )
 
@@ -101,7 +110,38 @@ class Config:
             str(BIN / "celery"), "-A", "hikyaku", "beat", "--loglevel", "INFO",
             "--schedule", str(self.run_dir / "celerybeat-schedule"),
         ]  # fmt: skip
+        if self.proxy_port:
+            commands["proxy"] = [
+                str(self.nginx), "-p", str(self.run_dir), "-c", str(self.nginx_conf),
+                "-g", f"daemon off; pid {self.run_dir / 'nginx.pid'};",
+            ]  # fmt: skip
         return commands
+
+    @property
+    def nginx_conf(self) -> Path:
+        return self.run_dir / "nginx.conf"
+
+    def render_nginx_conf(self) -> str:
+        """deploy/nginx.conf with its upstreams, listen address and logs made local."""
+        conf = NGINX_CONF.read_text()
+        webs = "".join(f"server {self.host}:{port};\n        " for port in self.web_ports)
+        local = (
+            conf.replace("server web:8000;\n        ", webs)
+            .replace("server stream:8001;", f"server {self.host}:{self.stream_port};")
+            .replace("listen 80;", f"listen {self.host}:{self.proxy_port};")
+        )
+        if os.geteuid() != 0:
+            # Unprivileged nginx cannot write the packaged temp directories; as root its
+            # workers run as nobody, who may not enter the run directory, so root keeps them.
+            temp = "".join(
+                f"    {kind}_temp_path {self.run_dir / 'nginx-temp' / kind};\n"
+                for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+            )
+            local = local.replace("http {\n", "http {\n" + temp, 1)
+        for upstream in ("server web:8000;", "server stream:8001;", "listen 80;"):
+            if upstream in local:
+                raise RuntimeError(f"deploy/nginx.conf: {upstream!r} was not made local")
+        return local
 
     @property
     def worker_name(self) -> str:
@@ -114,7 +154,16 @@ class Config:
             for index, port in enumerate(self.web_ports, start=1)
         }
         urls["stream"] = f"http://{self.host}:{self.stream_port}/readyz"
+        if self.proxy_port:
+            urls["proxy"] = f"http://{self.host}:{self.proxy_port}/readyz"
         return urls
+
+
+def _find_nginx() -> str | None:
+    found = shutil.which("nginx")
+    if found is None and Path("/usr/sbin/nginx").exists():
+        found = "/usr/sbin/nginx"
+    return found
 
 
 # --- Process bookkeeping ---------------------------------------------------------------------
@@ -161,6 +210,14 @@ def start(config: Config) -> int:
     metrics_dir.mkdir()
     _ensure_secret_key(config)
     _ensure_database(config.env["DATABASE_URL"])
+    if config.proxy_port:
+        if config.nginx is None:
+            print("nginx is not installed (apt-get install nginx), and the cluster's clients")
+            print("need it: streams and blocking calls are served by the stream process only.")
+            print("Install it, or start without a proxy with CLUSTER_PROXY_PORT=0.")
+            return 1
+        config.nginx_conf.write_text(config.render_nginx_conf())
+        (config.run_dir / "nginx-temp").mkdir(exist_ok=True)
 
     print("Migrating...", flush=True)
     migrate = subprocess.run(
@@ -195,9 +252,14 @@ def start(config: Config) -> int:
         return 1
 
     print("Hikyaku cluster is up:")
+    if config.proxy_port:
+        print(f"  proxy   http://{config.host}:{config.proxy_port}/   (nginx: clients go here)")
     for index, port in enumerate(config.web_ports, start=1):
         print(f"  web-{index}   http://{config.host}:{port}/   (granian WSGI)")
-    print(f"  stream  http://{config.host}:{config.stream_port}/   (uvicorn ASGI: SSE, MCP)")
+    print(
+        f"  stream  http://{config.host}:{config.stream_port}/   "
+        "(uvicorn ASGI: streams, blocking sends, MCP)"
+    )
     print(f"  worker  {config.worker_name.replace('%h', os.uname().nodename)}   beat")
     print(f"  logs and pids in {config.run_dir}; metrics at any web port's /metrics")
     print("  stop with `make cluster-stop`")
