@@ -83,7 +83,7 @@ class Config:
             web_workers=int(os.environ.get("CLUSTER_WEB_WORKERS", "1")),
             worker_concurrency=int(os.environ.get("CLUSTER_WORKER_CONCURRENCY", "2")),
             proxy_port=int(os.environ.get("CLUSTER_PROXY_PORT", "8000")),
-            nginx=os.environ.get("CLUSTER_NGINX") or _find_nginx(),
+            nginx=_find_nginx(os.environ.get("CLUSTER_NGINX")),
             env=env,
         )
 
@@ -159,11 +159,11 @@ class Config:
         return urls
 
 
-def _find_nginx() -> str | None:
-    found = shutil.which("nginx")
-    if found is None and Path("/usr/sbin/nginx").exists():
-        found = "/usr/sbin/nginx"
-    return found
+def _find_nginx(given: str | None) -> str | None:
+    if given:
+        return shutil.which(given)
+    # Debian installs it in /usr/sbin, which is not on every user's PATH.
+    return shutil.which("nginx") or shutil.which("/usr/sbin/nginx")
 
 
 # --- Process bookkeeping ---------------------------------------------------------------------
@@ -212,9 +212,12 @@ def start(config: Config) -> int:
     _ensure_database(config.env["DATABASE_URL"])
     if config.proxy_port:
         if config.nginx is None:
-            print("nginx is not installed (apt-get install nginx), and the cluster's clients")
-            print("need it: streams and blocking calls are served by the stream process only.")
-            print("Install it, or start without a proxy with CLUSTER_PROXY_PORT=0.")
+            print(
+                "No nginx found (apt-get install nginx, or CLUSTER_NGINX=<path>). Clients need "
+                "the proxy: the web processes hand streams and blocking calls to the stream "
+                "process through it. Without one (CLUSTER_PROXY_PORT=0), send those to the "
+                "stream port yourself."
+            )
             return 1
         config.nginx_conf.write_text(config.render_nginx_conf())
         (config.run_dir / "nginx-temp").mkdir(exist_ok=True)

@@ -16,6 +16,7 @@ import json
 from functools import partial
 from typing import Any
 
+from hikyaku import metrics
 from hikyaku.errors import AgentNotFound
 
 from .. import waiting
@@ -97,6 +98,7 @@ async def agent_send(
     call, sent = opened
     task = sent.task
     if sent.blocking:
-        task = await waiting.await_answer(task, receive=receive)
+        with metrics.stream_open("wait"):
+            task = await waiting.await_answer(task, receive=receive)
     result = await run_db(send_result, call, task, sent.history_length)
     await sse.send_json(send, 200, {"jsonrpc": "2.0", "id": request_id, "result": result})

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from agents import services as agent_services
 from messaging.models import Task
@@ -156,6 +157,17 @@ def threads_of(pid: int) -> int:
     return int(next(line for line in status.splitlines() if line.startswith("Threads:")).split()[1])
 
 
+def open_waits(broker: BrokerProcess) -> float:
+    """hikyaku_stream_connections{surface="wait"} on the broker's /metrics."""
+    text = httpx.get(f"{broker.url}/metrics", timeout=5).text
+    return next(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "hikyaku_stream_connections" and sample.labels == {"surface": "wait"}
+    )
+
+
 def test_waits_hold_no_thread_and_others_are_served_meanwhile(broker_waits, bob, agent):
     sends = [BlockingSend(broker_waits, bob, f"wait {n}") for n in range(40)]
     deadline = time.monotonic() + 10
@@ -165,6 +177,7 @@ def test_waits_hold_no_thread_and_others_are_served_meanwhile(broker_waits, bob,
     assert all(send.answered_at is None for send in sends)
     # 40 open waits: the process has not grown a thread for each (DB threads are 8).
     assert threads_of(broker_waits.proc.pid) < 30
+    assert open_waits(broker_waits) == 40
     started = time.monotonic()
     health = httpx.get(f"{broker_waits.url}/healthz", timeout=5)
     agents = httpx.get(
@@ -176,6 +189,7 @@ def test_waits_hold_no_thread_and_others_are_served_meanwhile(broker_waits, bob,
     assert time.monotonic() - started < 1.0
     for send in sends:
         assert send.join()["task"]["status"]["state"] == "TASK_STATE_SUBMITTED"
+    assert open_waits(broker_waits) == 0
 
 
 def test_past_the_wait_limit_a_blocking_send_answers_at_once(broker_one_slot, bob):
