@@ -230,22 +230,18 @@ def start(config: Config) -> int:
         return migrate.returncode
 
     state: dict[str, dict] = {}
-    for name, command in config.commands().items():
-        with open(config.run_dir / f"{name}.log", "ab") as log:
-            process = subprocess.Popen(
-                command,
-                cwd=REPO,
-                env=config.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: stop signals the whole tree
-            )
-        state[name] = {"pid": process.pid, "start_time": _start_time(process.pid)}
-        (config.run_dir / f"{name}.pid").write_text(f"{process.pid}\n")
-        _save_state(config, state)
-
-    problem = _wait_until_ready(config, state)
+    commands = config.commands()
+    # The proxy last, once its upstreams answer: nginx takes a web process that refuses a
+    # connection out of rotation for 10 s (per worker), which would make a fresh cluster
+    # answer 502 for a while.
+    proxy = {"proxy": commands.pop("proxy")} if "proxy" in commands else {}
+    for name, command in commands.items():
+        _launch(config, state, name, command)
+    problem = _wait_until_ready(config, state, set(commands))
+    for name, command in proxy.items():
+        if problem is None:
+            _launch(config, state, name, command)
+            problem = _wait_until_ready(config, state, {name})
     if problem:
         print(f"Cluster failed to start: {problem}", file=sys.stderr)
         for name in state:
@@ -269,9 +265,27 @@ def start(config: Config) -> int:
     return 0
 
 
-def _wait_until_ready(config: Config, state: dict[str, dict], timeout: float = 90) -> str | None:
+def _launch(config: Config, state: dict[str, dict], name: str, command: list[str]) -> None:
+    with open(config.run_dir / f"{name}.log", "ab") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=config.env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stop signals the whole tree
+        )
+    state[name] = {"pid": process.pid, "start_time": _start_time(process.pid)}
+    (config.run_dir / f"{name}.pid").write_text(f"{process.pid}\n")
+    _save_state(config, state)
+
+
+def _wait_until_ready(
+    config: Config, state: dict[str, dict], names: set[str], timeout: float = 90
+) -> str | None:
     deadline = time.monotonic() + timeout
-    pending = set(config.ready_urls()) | {"worker", "beat"}
+    pending = set(names)
     urls = config.ready_urls()
     markers = {"worker": " ready.", "beat": "beat: Starting"}
     while pending:
