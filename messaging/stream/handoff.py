@@ -8,7 +8,8 @@ each. A web process (WSGI) has a few request threads; each such call would pin o
 for its whole life, and a handful would stop the process serving anyone.
 
 So Django's views never serve one. They answer it at once with 421 Misdirected Request, in
-the surface's envelope, before authenticating it or writing anything:
+the surface's envelope, before writing anything and before authenticating it (the web UI's
+streams check the session first, so outsiders get the 404 every page of a tenant gives):
 
 - the proxy (deploy/nginx.conf) turns a 421 from the web tier into a hand-off: it sends the
   same request (method, headers, body) to the stream tier, which serves it. A client that
