@@ -14,6 +14,9 @@ streaming response: docs/MEASUREMENTS.md); everything else goes to Django's ASGI
 - `POST /a2a/agents/<id>/` with one of those methods
                                                 → A2A streaming on an agent's own endpoint
                                                   (messaging/stream/peer.py), likewise
+- `POST /a2a/agents/<id>/` with a SendMessage that waits for the agent's answer
+                                                → the blocking send, waiting on the hub
+                                                  (messaging/stream/answers.py), likewise
 - `/mcp`                                        → MCP over Streamable HTTP (messaging/mcp_http.py)
 - any other `POST /` and `POST /a2a/`           → the agents' hot path (hikyaku/lean.py) on a
                                                   small pool of threads that keep their
@@ -43,7 +46,7 @@ hold_server_lock(settings.DATABASES["default"])
 from hikyaku import error_pages, lean  # noqa: E402
 from messaging import mcp_http  # noqa: E402  (needs the app registry set up above)
 from messaging.a2a import jsonrpc  # noqa: E402
-from messaging.stream import a2a, inbox, peer, sse, web  # noqa: E402
+from messaging.stream import a2a, answers, inbox, peer, sse, web  # noqa: E402
 from messaging.stream.db import ready_connection  # noqa: E402
 from messaging.stream.hub import hub  # noqa: E402
 
@@ -130,16 +133,14 @@ def _answer_in_thread(path: str, headers: dict[str, str], body: bytes, address: 
     )
 
 
-async def _lean(scope, body: bytes, send) -> bool:
-    """Answer a hot-path request (hikyaku/lean.py); False when Django must answer it."""
+async def _lean(scope, body: bytes, send) -> None:
+    """Answer a hot-path request (hikyaku/lean.py)."""
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     loop = asyncio.get_running_loop()
     address = client_address.current.get() or client_address.from_scope(scope)
     served = await loop.run_in_executor(
         _pool(), _answer_in_thread, scope["path"], headers, body, address
     )
-    if served is None:
-        return False
     status, response_headers, out = served
     await send(
         {
@@ -149,7 +150,6 @@ async def _lean(scope, body: bytes, send) -> bool:
         }
     )
     await send({"type": "http.response.body", "body": out})
-    return True
 
 
 def _replay(messages: list[dict], receive):
@@ -212,11 +212,15 @@ async def application(scope, receive, send):
             if envelope is not None:
                 await _guarded(a2a.jsonrpc_stream, scope, receive, send, envelope)
                 return
-            if (
-                not peer_path
-                and lean.applies(method, path, len(body))
-                and await _lean(scope, body, send)
-            ):
+            if not peer_path and lean.applies(method, path, len(body)):
+                await _lean(scope, body, send)
+                return
+            fits = len(body) <= settings.HIKYAKU_MAX_BODY_BYTES
+            waiting = answers.waiting_send(body, scope) if peer_path and fits else None
+            if waiting is not None:
+                await _guarded(
+                    answers.agent_send, scope, receive, send, waiting, peer_path["agent_id"]
+                )
                 return
             receive = _replay(messages, receive)
     await django_application(scope, receive, send)

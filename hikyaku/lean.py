@@ -8,8 +8,8 @@ Here the WSGI application (hikyaku/wsgi.py) and the ASGI dispatcher (hikyaku/asg
 body and headers straight to messaging.a2a.endpoint and write its answer with what the API
 middleware chain would have added: the security headers, `X-Request-Id`, the request log line
 and the request metrics (hikyaku/request_log.py). Django still answers what this does not:
-other methods and paths, bodies without a Content-Length or over the limit, the streaming
-methods, and settings this does not reproduce (HTTPS redirects, HSTS).
+other methods and paths, bodies without a Content-Length or over the limit, and settings this
+does not reproduce (HTTPS redirects, HSTS).
 """
 
 from __future__ import annotations
@@ -69,9 +69,8 @@ def answer(
     body: bytes,
     address: str,
     signal: bool = True,
-) -> tuple[int, list[tuple[str, str]], bytes] | None:
-    """The answer to a request `applies` accepted — status, headers, body — or None when
-    Django must answer it after all (a streaming method). `address` is the client's
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    """The answer to a request `applies` accepted — status, headers, body. `address` is the client's
     (hikyaku.client_address). `signal` sends Django's request_started/finished around it, as
     Django's handler does (they apply CONN_MAX_AGE); a caller that keeps its threads'
     connections itself passes False."""
@@ -87,8 +86,6 @@ def answer(
         except Exception:
             log.exception("Internal Server Error: %s", path)
             reply = endpoint.reply(error_pages.machine_body(path, 500), 500)
-        if isinstance(reply, endpoint.Streaming):
-            return None
         headers = [
             ("Content-Type", "application/json"),
             ("Content-Length", str(len(reply.body))),

@@ -9,7 +9,7 @@ Callers use the hook functions, one line each, a few microseconds each::
     metrics.events_written(3)                   # counted when the transaction commits
     metrics.doorbell("rung")                    # or "failed", "received", "missed"
     metrics.webhook_attempt("delivered")        # see WEBHOOK_ATTEMPTS for the outcomes
-    with metrics.stream_open("subscribe"):      # or "a2a", "ui", "mcp"
+    with metrics.stream_open("subscribe"):      # or "a2a", "ui", "mcp", "wait"
         ...                                     # the open stream (sync or async code)
 
 The metric objects below are public too, for anything the hooks do not cover. Count work
@@ -96,7 +96,8 @@ TASK_TRANSITIONS = Counter(
 )
 STREAM_CONNECTIONS = Gauge(
     "hikyaku_stream_connections",
-    "Streams open now, by surface (subscribe, a2a, ui, mcp).",
+    "Streams open now, by surface (subscribe, a2a, ui, mcp; wait: blocking sends waiting "
+    "for their agent's answer).",
     ["surface"],
     multiprocess_mode="livesum",
 )

@@ -355,8 +355,8 @@ HIKYAKU_DEREGISTERED_TTL_DAYS = env.int("HIKYAKU_DEREGISTERED_TTL_DAYS", default
 HIKYAKU_TOUCH_INTERVAL_SECONDS = env.int("HIKYAKU_TOUCH_INTERVAL_SECONDS", default=60)
 # Streams (messaging/stream): DB threads per stream process (never one per stream), keepalive
 # comments, the periodic catch-up scan that covers lost doorbells, and how often open streams
-# re-check their credentials / session. A WSGI process answers A2A streaming requests by
-# polling, for at most HIKYAKU_WSGI_STREAMS_MAX streams at a time.
+# re-check their credentials / session. Web (WSGI) processes serve no streams: they hand them
+# to the stream processes (messaging/stream/handoff.py).
 HIKYAKU_STREAM_DB_THREADS = env.int("HIKYAKU_STREAM_DB_THREADS", default=8)
 # An ASGI process answers the broker's JSON-RPC calls on this many threads, each keeping its
 # database connection (hikyaku/lean.py).
@@ -364,8 +364,6 @@ HIKYAKU_API_THREADS = env.int("HIKYAKU_API_THREADS", default=8)
 HIKYAKU_STREAM_KEEPALIVE_SECONDS = env.float("HIKYAKU_STREAM_KEEPALIVE_SECONDS", default=15.0)
 HIKYAKU_STREAM_SCAN_SECONDS = env.float("HIKYAKU_STREAM_SCAN_SECONDS", default=1.0)
 HIKYAKU_STREAM_CHECK_SECONDS = env.float("HIKYAKU_STREAM_CHECK_SECONDS", default=2.0)
-HIKYAKU_WSGI_STREAMS_MAX = env.int("HIKYAKU_WSGI_STREAMS_MAX", default=16)
-HIKYAKU_WSGI_STREAM_POLL_SECONDS = env.float("HIKYAKU_WSGI_STREAM_POLL_SECONDS", default=0.5)
 
 # Retention (messaging/retention.py): terminal tasks and their events after
 # HIKYAKU_RETENTION_DAYS, deregistered agents and all their tasks after
@@ -410,11 +408,12 @@ HIKYAKU_WORKER_METRICS_PORT = env.int("HIKYAKU_WORKER_METRICS_PORT", default=0)
 HIKYAKU_REQUEST_LOG = env.bool("HIKYAKU_REQUEST_LOG", default=True)
 
 # Agents as A2A peers (docs/PROTOCOL.md §8, docs/PEERS.md). A blocking SendMessage on an agent's own
-# endpoint waits at most HIKYAKU_BLOCKING_TIMEOUT_SECONDS for the agent to answer, holding a
-# server thread meanwhile; at most HIKYAKU_MAX_BLOCKING_WAITS such waits run per process
-# (beyond that SendMessage answers at once, as with returnImmediately).
+# endpoint waits at most HIKYAKU_BLOCKING_TIMEOUT_SECONDS for the agent to answer, in a stream
+# process and without a thread (messaging/waiting.py); at most HIKYAKU_MAX_BLOCKING_WAITS such
+# waits run per stream process (beyond that SendMessage answers at once, as with
+# returnImmediately).
 HIKYAKU_BLOCKING_TIMEOUT_SECONDS = env.float("HIKYAKU_BLOCKING_TIMEOUT_SECONDS", default=25.0)
-HIKYAKU_MAX_BLOCKING_WAITS = env.int("HIKYAKU_MAX_BLOCKING_WAITS", default=16)
+HIKYAKU_MAX_BLOCKING_WAITS = env.int("HIKYAKU_MAX_BLOCKING_WAITS", default=1000)
 # Anonymous callers of public agents are rate limited per client address.
 HIKYAKU_ANONYMOUS_RATE_LIMIT_PER_MINUTE = env.int(
     "HIKYAKU_ANONYMOUS_RATE_LIMIT_PER_MINUTE", default=60

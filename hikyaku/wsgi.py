@@ -10,7 +10,6 @@ security headers, body limit, frame options). Everything else, the web UI and ad
 included, gets the full stack of settings.MIDDLEWARE.
 """
 
-import io
 import os
 import re
 
@@ -74,17 +73,14 @@ def _application():
         length = _content_length(environ)
         if lean.applies(method, path, length):
             body = environ["wsgi.input"].read(length) if length else b""
-            served = lean.answer(
+            status, headers, out = lean.answer(
                 path=path,
                 header=_header_reader(environ),
                 body=body,
                 address=client_address.from_meta(environ),
             )
-            if served is not None:
-                status, headers, out = served
-                start_response(lean.status_line(status), headers)
-                return [out]
-            environ["wsgi.input"] = io.BytesIO(body)  # Django answers it after all
+            start_response(lean.status_line(status), headers)
+            return [out]
         if method == "POST" and JSONRPC_PATH.match(path):
             return api(environ, start_response)
         return site(environ, start_response)

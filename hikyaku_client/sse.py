@@ -98,10 +98,13 @@ class InboxStream:
                     if response.status_code != 200:
                         await response.aread()
                         error = error_from_response(response)
+                        # 421: a broker web process, which serves no streams (HIKYAKU_URL
+                        # names it instead of the proxy): retrying there cannot help.
                         if isinstance(error, AuthenticationFailed) or response.status_code in (
                             403,
                             404,
                             405,
+                            421,
                         ):
                             raise error
                         raise _Retry(str(error))

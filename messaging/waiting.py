@@ -1,94 +1,108 @@
-"""Blocking SendMessage on an agent's own A2A endpoint (docs/PROTOCOL.md §8): wait, bounded, until
-the agent has answered the task.
+"""Blocking SendMessage on an agent's own A2A endpoint (docs/PROTOCOL.md §8, docs/PEERS.md):
+wait, bounded, until the agent has answered the task — without a thread.
 
-The waiting request re-reads the task from the database. It sleeps between reads on an event
-that the doorbell of the task's recipient sets (`events.add_local_listener`: doorbells rung in
-this process, which is every write when one process serves the broker), and otherwise backs
-off from 50 ms to 1 s, so an answer written through another process is seen within a second.
-Each wait holds the request's thread (a WSGI worker) and a database connection; at most
-HIKYAKU_MAX_BLOCKING_WAITS run per process, and further requests are answered at once.
+Only the stream processes wait (messaging/stream/answers.py; a web process hands such a send
+to them, messaging/stream/handoff.py). A wait is a coroutine registered with the process's
+stream hub under the recipient's id, like a stream of that agent: the hub wakes it on the
+doorbell of any event of the recipient's, whichever process wrote it, and on its catch-up
+scan, so a lost doorbell makes the answer up to ~1 s late, never missed. Woken, the wait
+re-reads the task (one primary-key query on a stream DB thread) and returns once the
+recipient no longer owes an answer, when the timeout runs out, when the client leaves, or
+when the process shuts down. Meanwhile it holds no thread and no database connection. At most
+HIKYAKU_MAX_BLOCKING_WAITS wait per process; further blocking sends are answered at once.
 """
 
 from __future__ import annotations
 
-import threading
-import time
+import asyncio
+import logging
+import uuid
 
 from django.conf import settings
+from django.db import DatabaseError
 
-from . import events
-from .models import Task, TaskState
+from . import lifecycle
+from .models import Task
+from .stream.db import run_db
+from .stream.feeds import Feed
+from .stream.hub import hub
 
-_lock = threading.Lock()
-_waiters: dict[str, set[threading.Event]] = {}
-_active = 0
-_listening = False
+log = logging.getLogger(__name__)
+
+_active = 0  # waits open in this process (touched on the event loop only)
 
 
 def owes_answer(task: Task) -> bool:
     """Whether the recipient still has to act: unread, or working on it."""
-    return task.state == TaskState.WORKING or (
-        task.state == TaskState.INPUT_REQUIRED and task.awaiting == Task.Awaiting.RECIPIENT
-    )
+    return lifecycle.owes_answer(task.state, task.awaiting)
 
 
-def _on_doorbell(doorbell: events.Doorbell) -> None:
-    with _lock:
-        woken = [e for agent in doorbell.get("agents", ()) for e in _waiters.get(agent, ())]
-    for event in woken:
-        event.set()
+class _Watch(Feed):
+    """What the hub sees of a wait: the key it is woken for. Never read by the hub."""
+
+    exact = False
+
+    def __init__(self, recipient_id: uuid.UUID) -> None:
+        self.keys = (str(recipient_id),)
 
 
-def _enter(agent_id: str, event: threading.Event) -> bool:
-    global _active, _listening
-    with _lock:
-        if _active >= settings.HIKYAKU_MAX_BLOCKING_WAITS:
-            return False
-        if not _listening:
-            events.add_local_listener(_on_doorbell)
-            _listening = True
-        _active += 1
-        _waiters.setdefault(agent_id, set()).add(event)
-    return True
+def _current(task_id: uuid.UUID) -> Task | None:
+    return Task.objects.select_related("sender", "recipient").filter(pk=task_id).first()
 
 
-def _leave(agent_id: str, event: threading.Event) -> None:
-    global _active
-    with _lock:
-        _active -= 1
-        waiting = _waiters.get(agent_id)
-        if waiting is not None:
-            waiting.discard(event)
-            if not waiting:
-                del _waiters[agent_id]
+async def _closed_on_disconnect(receive, sub) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    sub.close("disconnected")
 
 
-def await_answer(task: Task, *, timeout: float | None = None) -> Task:
+async def await_answer(task: Task, *, receive=None, timeout: float | None = None) -> Task:
     """The task once its recipient no longer owes an answer (answered, blocked on a question
     to the sender, or finished), or as it stands when `timeout` (default
-    HIKYAKU_BLOCKING_TIMEOUT_SECONDS) runs out or no wait slot is free. Call outside a
-    transaction: every read must see other requests' commits."""
+    HIKYAKU_BLOCKING_TIMEOUT_SECONDS) runs out, the client leaves (an ASGI `receive` that
+    reports `http.disconnect`), the process stops, or no wait slot is free. Call after the
+    send committed; a database error while waiting is not the send's: the task as last read
+    is returned."""
+    global _active
     if timeout is None:
         timeout = settings.HIKYAKU_BLOCKING_TIMEOUT_SECONDS
     if not owes_answer(task) or timeout <= 0 or task.recipient_id is None:
         return task
-    agent_id = str(task.recipient_id)
-    wake = threading.Event()
-    if not _enter(agent_id, wake):
+    if _active >= settings.HIKYAKU_MAX_BLOCKING_WAITS:
         return task
+    _active += 1
     try:
-        deadline = time.monotonic() + timeout
-        delay = 0.05
-        while True:
-            current = Task.objects.select_related("sender", "recipient").filter(pk=task.pk).first()
-            if current is None:
-                return task
-            task = current
-            remaining = deadline - time.monotonic()
-            if not owes_answer(task) or remaining <= 0:
-                return task
-            wake.wait(min(delay, remaining))
-            wake.clear()
-            delay = min(delay * 2, 1.0)
+        await hub.ensure_started()
+        # Registered before the first read, so an answer committed meanwhile still wakes it.
+        sub = hub.subscribe(_Watch(task.recipient_id))
+        watcher = asyncio.ensure_future(_closed_on_disconnect(receive, sub)) if receive else None
+        try:
+            return await _wait(task, sub, asyncio.get_running_loop().time() + timeout)
+        finally:
+            hub.unsubscribe(sub)
+            if watcher is not None:
+                watcher.cancel()
     finally:
-        _leave(agent_id, wake)
+        _active -= 1
+
+
+async def _wait(task: Task, sub, deadline: float) -> Task:
+    loop = asyncio.get_running_loop()
+    while True:
+        sub.wake.clear()
+        try:
+            current = await run_db(_current, task.pk)
+        except DatabaseError as exc:
+            log.warning("blocking send: re-read failed (%s)", exc.__class__.__name__)
+            current = task
+        if current is None:  # purged meanwhile: show what was delivered
+            return task
+        task = current
+        remaining = deadline - loop.time()
+        if not owes_answer(task) or remaining <= 0 or sub.closed is not None:
+            return task
+        try:
+            async with asyncio.timeout(remaining):
+                await sub.wake.wait()
+        except TimeoutError:
+            pass  # one last read, then the deadline has passed

@@ -3,13 +3,17 @@
     python scripts/cluster.py start | stop | status
 
 Starts, from the machine's Postgres and Redis: migrate (in the foreground), two granian WSGI
-web processes, one uvicorn stream process, a Celery worker and Celery beat; waits until each
-is ready; writes `<name>.pid` and `<name>.log` per process to the run directory. `stop`
-sends SIGTERM to each process group it started (SIGKILL after 15 s).
+web processes, one uvicorn stream process, a Celery worker, Celery beat and nginx in front
+of them with deploy/nginx.conf (its upstreams pointed at these ports: streams and every
+long-held call to the stream process, the rest to the web processes); waits until each is
+ready; writes `<name>.pid` and `<name>.log` per process to the run directory. `stop` sends
+SIGTERM to each process group it started (SIGKILL after 15 s).
 
 Environment (defaults in brackets):
   CLUSTER_DIR                 run directory [.run/cluster]
   CLUSTER_HOST                bind address [127.0.0.1]
+  CLUSTER_PROXY_PORT          nginx, the address clients use [8000]; 0: no proxy
+  CLUSTER_NGINX               the nginx executable [nginx on PATH, else /usr/sbin/nginx]
   CLUSTER_WEB_PORTS           comma-separated, one web process per port [8001,8002]
   CLUSTER_STREAM_PORT         [8010]
   CLUSTER_WEB_WORKERS         granian worker processes per web process [1]
@@ -44,6 +48,7 @@ from urllib.parse import urlsplit, urlunsplit
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 STATE = "cluster.json"
+NGINX_CONF = REPO / "deploy" / "nginx.conf"
 
 
 @dataclass
@@ -54,6 +59,8 @@ class Config:
     stream_port: int
     web_workers: int
     worker_concurrency: int
+    proxy_port: int  # 0: no proxy
+    nginx: str | None
     env: dict[str, str]
 
     @classmethod
@@ -76,6 +83,8 @@ class Config:
             stream_port=int(os.environ.get("CLUSTER_STREAM_PORT", "8010")),
             web_workers=int(os.environ.get("CLUSTER_WEB_WORKERS", "1")),
             worker_concurrency=int(os.environ.get("CLUSTER_WORKER_CONCURRENCY", "8")),
+            proxy_port=int(os.environ.get("CLUSTER_PROXY_PORT", "8000")),
+            nginx=_find_nginx(os.environ.get("CLUSTER_NGINX")),
             env=env,
         )
 
@@ -103,7 +112,38 @@ class Config:
             str(BIN / "celery"), "-A", "hikyaku", "beat", "--loglevel", "INFO",
             "--schedule", str(self.run_dir / "celerybeat-schedule"),
         ]  # fmt: skip
+        if self.proxy_port:
+            commands["proxy"] = [
+                str(self.nginx), "-p", str(self.run_dir), "-c", str(self.nginx_conf),
+                "-g", f"daemon off; pid {self.run_dir / 'nginx.pid'};",
+            ]  # fmt: skip
         return commands
+
+    @property
+    def nginx_conf(self) -> Path:
+        return self.run_dir / "nginx.conf"
+
+    def render_nginx_conf(self) -> str:
+        """deploy/nginx.conf with its upstreams, listen address and logs made local."""
+        conf = NGINX_CONF.read_text()
+        webs = "".join(f"server {self.host}:{port};\n        " for port in self.web_ports)
+        local = (
+            conf.replace("server web:8000;\n        ", webs)
+            .replace("server stream:8001;", f"server {self.host}:{self.stream_port};")
+            .replace("listen 80;", f"listen {self.host}:{self.proxy_port};")
+        )
+        if os.geteuid() != 0:
+            # Unprivileged nginx cannot write the packaged temp directories; as root its
+            # workers run as nobody, who may not enter the run directory, so root keeps them.
+            temp = "".join(
+                f"    {kind}_temp_path {self.run_dir / 'nginx-temp' / kind};\n"
+                for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+            )
+            local = local.replace("http {\n", "http {\n" + temp, 1)
+        for upstream in ("server web:8000;", "server stream:8001;", "listen 80;"):
+            if upstream in local:
+                raise RuntimeError(f"deploy/nginx.conf: {upstream!r} was not made local")
+        return local
 
     @property
     def worker_name(self) -> str:
@@ -116,7 +156,16 @@ class Config:
             for index, port in enumerate(self.web_ports, start=1)
         }
         urls["stream"] = f"http://{self.host}:{self.stream_port}/readyz"
+        if self.proxy_port:
+            urls["proxy"] = f"http://{self.host}:{self.proxy_port}/readyz"
         return urls
+
+
+def _find_nginx(given: str | None) -> str | None:
+    if given:
+        return shutil.which(given)
+    # Debian installs it in /usr/sbin, which is not on every user's PATH.
+    return shutil.which("nginx") or shutil.which("/usr/sbin/nginx")
 
 
 # --- Process bookkeeping ---------------------------------------------------------------------
@@ -163,6 +212,17 @@ def start(config: Config) -> int:
     metrics_dir.mkdir()
     _ensure_secret_key(config)
     _ensure_database(config.env["DATABASE_URL"])
+    if config.proxy_port:
+        if config.nginx is None:
+            print(
+                "No nginx found (apt-get install nginx, or CLUSTER_NGINX=<path>). Clients need "
+                "the proxy: the web processes hand streams and blocking calls to the stream "
+                "process through it. Without one (CLUSTER_PROXY_PORT=0), send those to the "
+                "stream port yourself."
+            )
+            return 1
+        config.nginx_conf.write_text(config.render_nginx_conf())
+        (config.run_dir / "nginx-temp").mkdir(exist_ok=True)
 
     print("Migrating...", flush=True)
     migrate = subprocess.run(
@@ -172,22 +232,18 @@ def start(config: Config) -> int:
         return migrate.returncode
 
     state: dict[str, dict] = {}
-    for name, command in config.commands().items():
-        with open(config.run_dir / f"{name}.log", "ab") as log:
-            process = subprocess.Popen(
-                command,
-                cwd=REPO,
-                env=config.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: stop signals the whole tree
-            )
-        state[name] = {"pid": process.pid, "start_time": _start_time(process.pid)}
-        (config.run_dir / f"{name}.pid").write_text(f"{process.pid}\n")
-        _save_state(config, state)
-
-    problem = _wait_until_ready(config, state)
+    commands = config.commands()
+    # The proxy last, once its upstreams answer: nginx takes a web process that refuses a
+    # connection out of rotation for 10 s (per worker), which would make a fresh cluster
+    # answer 502 for a while.
+    proxy = {"proxy": commands.pop("proxy")} if "proxy" in commands else {}
+    for name, command in commands.items():
+        _launch(config, state, name, command)
+    problem = _wait_until_ready(config, state, set(commands))
+    for name, command in proxy.items():
+        if problem is None:
+            _launch(config, state, name, command)
+            problem = _wait_until_ready(config, state, {name})
     if problem:
         print(f"Cluster failed to start: {problem}", file=sys.stderr)
         for name in state:
@@ -197,18 +253,41 @@ def start(config: Config) -> int:
         return 1
 
     print("Hikyaku cluster is up:")
+    if config.proxy_port:
+        print(f"  proxy   http://{config.host}:{config.proxy_port}/   (nginx: clients go here)")
     for index, port in enumerate(config.web_ports, start=1):
         print(f"  web-{index}   http://{config.host}:{port}/   (granian WSGI)")
-    print(f"  stream  http://{config.host}:{config.stream_port}/   (uvicorn ASGI: SSE, MCP)")
+    print(
+        f"  stream  http://{config.host}:{config.stream_port}/   "
+        "(uvicorn ASGI: streams, blocking sends, MCP)"
+    )
     print(f"  worker  {config.worker_name.replace('%h', os.uname().nodename)}   beat")
     print(f"  logs and pids in {config.run_dir}; metrics at any web port's /metrics")
     print("  stop with `make cluster-stop`")
     return 0
 
 
-def _wait_until_ready(config: Config, state: dict[str, dict], timeout: float = 90) -> str | None:
+def _launch(config: Config, state: dict[str, dict], name: str, command: list[str]) -> None:
+    with open(config.run_dir / f"{name}.log", "ab") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=config.env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stop signals the whole tree
+        )
+    state[name] = {"pid": process.pid, "start_time": _start_time(process.pid)}
+    (config.run_dir / f"{name}.pid").write_text(f"{process.pid}\n")
+    _save_state(config, state)
+
+
+def _wait_until_ready(
+    config: Config, state: dict[str, dict], names: set[str], timeout: float = 90
+) -> str | None:
     deadline = time.monotonic() + timeout
-    pending = set(config.ready_urls()) | {"worker", "beat"}
+    pending = set(names)
     urls = config.ready_urls()
     markers = {"worker": " ready.", "beat": "beat: Starting"}
     while pending:

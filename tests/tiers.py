@@ -3,7 +3,9 @@
 - `asgi`: the ASGI app (hikyaku/asgi.py) under uvicorn — what `make run` and the production
   stream processes serve (the `broker` fixture of tests/live.py);
 - `wsgi`: the production WSGI app (hikyaku/wsgi.py) under granian, as the web processes of
-  `make cluster` and docker-compose.yml serve it.
+  `make cluster` and docker-compose.yml serve it, behind the proxy's hand-off: a web process
+  answers a long-held call 421 before reading it, and the proxy sends the same request to a
+  stream process (deploy/nginx.conf), as `Tier.request` does here.
 
 Both are spoken to over a real socket and answer with an `Answer`. A streaming answer is
 read up to its first event, then the connection is dropped, which is all these tests need.
@@ -47,12 +49,19 @@ class Answer:
 
 
 class Tier:
-    def __init__(self, name: str, url: str) -> None:
+    def __init__(self, name: str, url: str, handoff: Tier | None = None) -> None:
         self.name = name
         parts = urlsplit(url)
         self.host, self.port = parts.hostname, parts.port
+        self.handoff = handoff  # where a 421 is sent again, as the proxy does
 
     def request(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> Answer:
+        answer = self._request(method, path, body, headers)
+        if answer.status == 421 and self.handoff is not None:
+            return self.handoff.request(method, path, body, headers)
+        return answer
+
+    def _request(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> Answer:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=20)
         try:
             conn.request(method, path, body=body or None, headers=headers)
@@ -113,5 +122,7 @@ def wsgi_broker(django_db_setup, django_db_blocker) -> Iterator[BrokerProcess]:
 @pytest.fixture(params=["asgi", "wsgi"])
 def tier(request) -> Tier:
     """Each test that takes it runs against both tiers."""
-    fixture = "broker" if request.param == "asgi" else "wsgi_broker"
-    return Tier(request.param, request.getfixturevalue(fixture).url)
+    stream = Tier("asgi", request.getfixturevalue("broker").url)
+    if request.param == "asgi":
+        return stream
+    return Tier("wsgi", request.getfixturevalue("wsgi_broker").url, handoff=stream)

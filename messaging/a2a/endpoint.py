@@ -4,8 +4,10 @@ headers and body (docs/ARCHITECTURE.md, "The agents' hot path").
 The calls agents make all day come here, so nothing on their way belongs to a browser
 framework: every tier serves the same function — the lean WSGI and ASGI callables in front of
 Django (hikyaku/wsgi.py, hikyaku/asgi.py) and the Django view (messaging/a2a/views.py) that
-the test client and the rest of the site reach. A streaming method is not answered here: the
-caller gets `Streaming` back and serves it the way its tier can.
+the test client and the rest of the site reach. A streaming method is not served here: it is
+answered 421 at once, before authentication, for the proxy to hand it to the stream
+processes (messaging/stream/handoff.py; in a stream process hikyaku.asgi routes it to its
+handler before it could come here).
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from agents.auth import AgentIdentity, authenticate_agent
+from agents.auth import authenticate_agent
 from hikyaku import parsers
 from hikyaku.errors import HikyakuError
 
 from ..parties import Sender
+from ..stream import handoff
 from . import jsonrpc
 from .methods import METHODS
 from .wire import dialect_for
@@ -38,29 +41,21 @@ class Reply:
     log: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Streaming:
-    """A streaming method, authenticated and parsed: for the tier to serve."""
-
-    identity: AgentIdentity
-    call: jsonrpc.Call
-    request_id: Any
-    method: str
-    log: dict[str, Any]
-
-
 def reply(value: dict[str, Any], status: int = 200, headers=(), log=None) -> Reply:
     return Reply(status, parsers.dumps(value), list(headers), log or {})
 
 
-def broker(*, header: Header, body: bytes) -> Reply | Streaming:
+def broker(*, header: Header, body: bytes) -> Reply:
     """Answer one POSTed JSON-RPC request; `header(name)` reads a request header."""
     try:
         envelope = jsonrpc.parse(body)
     except jsonrpc.EnvelopeError as exc:
         return reply(exc.response)
     request_id, method = envelope.request_id, envelope.method
-    log: dict[str, Any] = {}
+    log: dict[str, Any] = {"rpc_method": method}
+    if envelope.streaming:
+        answer = handoff.call_answer(request_id, method)
+        return reply(answer.body, answer.status, answer.headers, log)
     try:
         dialect = dialect_for(header("A2A-Version"))
         identity = authenticate_agent(
@@ -76,8 +71,6 @@ def broker(*, header: Header, body: bytes) -> Reply | Streaming:
             dialect=dialect,
             params=envelope.params,
         )
-        if envelope.streaming:
-            return Streaming(identity, call, request_id, method, log)
         handler = METHODS.get(method)
         if handler is None:
             return reply(jsonrpc.method_not_found(request_id, method), log=log)

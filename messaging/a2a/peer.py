@@ -10,9 +10,12 @@ This endpoint is the caller's side of that conversation:
   on one of the caller's tasks: `reply` when the agent asked a question (the task waits for
   the sender), `comment` otherwise (or `message.metadata.action`).
 - A blocking send (A2A 1.0's default; `configuration.returnImmediately` false) waits, bounded
-  by HIKYAKU_BLOCKING_TIMEOUT_SECONDS, until the agent has answered (messaging/waiting.py).
-  When the agent completed the task with `metadata.replyAs = "message"`, the result is that
-  reply as an A2A `Message` instead of the task.
+  by HIKYAKU_BLOCKING_TIMEOUT_SECONDS, until the agent has answered. Only the stream
+  processes wait (messaging/stream/answers.py, on the hub: no thread per wait); this view
+  hands such a send to them before doing anything (`waits_for_answer`,
+  messaging/stream/handoff.py). When the agent completed the task with
+  `metadata.replyAs = "message"`, the result is that reply as an A2A `Message` instead of
+  the task.
 - `GetTask`, `ListTasks`, `CancelTask`, the push notification config methods and the
   streams (`SendStreamingMessage`, `SubscribeToTask`: messaging/stream/peer.py, routed there
   by hikyaku.asgi) see only the caller's own tasks with this agent.
@@ -34,6 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+
 from agents import cards
 from agents import selectors as agent_selectors
 from agents.auth import (
@@ -52,7 +57,7 @@ from hikyaku.errors import (
     UnsupportedOperation,
 )
 
-from .. import lifecycle, selectors, services, waiting
+from .. import lifecycle, selectors, services
 from ..models import Task
 from ..parties import Sender, party_roles
 from . import push
@@ -185,13 +190,33 @@ def deliver(call: PeerCall) -> Delivered:
     return Delivered(task=task, history_length=history_length, blocking=blocking)
 
 
-def send_message(call: PeerCall) -> dict[str, Any]:
-    sent = deliver(call)
-    task = waiting.await_answer(sent.task) if sent.blocking else sent.task
+SEND_METHODS = ("SendMessage", "message/send")
+
+
+def waits_for_answer(method: str, params: dict[str, Any], version: str | None) -> bool:
+    """Whether this call is a SendMessage that would wait for the agent's answer (blocking,
+    with a timeout above zero). Decided from the request alone, before anything is written.
+    A malformed configuration or version is False: the ordinary path answers its error."""
+    if method not in SEND_METHODS or settings.HIKYAKU_BLOCKING_TIMEOUT_SECONDS <= 0:
+        return False
+    try:
+        return _blocking(_configuration(_camel(params)), dialect_for(version))
+    except HikyakuError:
+        return False
+
+
+def send_result(call: PeerCall, task: Task, history_length: int | None) -> dict[str, Any]:
+    """SendMessage's result: the agent's message-only reply, else the task."""
     reply = message_reply(task)
     if reply is not None:
         return {"message": render_message(reply, call.dialect)}
-    return {"task": render_task(task, call.dialect, history_length=sent.history_length)}
+    return {"task": render_task(task, call.dialect, history_length=history_length)}
+
+
+def send_message(call: PeerCall) -> dict[str, Any]:
+    """A SendMessage that does not wait (waiting ones are the stream processes')."""
+    sent = deliver(call)
+    return send_result(call, sent.task, sent.history_length)
 
 
 def _follow_up(call: PeerCall, message: dict[str, Any]) -> Task:

@@ -1,11 +1,12 @@
 """The A2A JSON-RPC endpoints as Django views: the broker's (`POST /` and `POST /a2a/`) and each
 agent's own (`POST /a2a/agents/<id>/`, docs/PEERS.md).
 
-Plain views over the method tables (messaging/a2a/methods.py, messaging/a2a/peer.py), kept
-off DRF and as lean as possible: this is the hottest path of the broker. The envelope, the
-method names and the error answers are messaging/a2a/jsonrpc.py's, shared with the stream
-handlers that answer the streaming methods in front of Django (hikyaku/asgi.py); a WSGI
-process has no such handlers, so these views serve those methods too, by polling.
+Plain views over the method tables (messaging/a2a/methods.py, messaging/a2a/peer.py). The
+broker's view calls the same function the hot path serves in front of Django
+(messaging/a2a/endpoint.py). The envelope, the method names and the error answers are
+messaging/a2a/jsonrpc.py's. A long-held call — a streaming method, a blocking send to an
+agent — is never served here: these views answer it 421 for the proxy to hand it to the
+stream processes (messaging/stream/handoff.py).
 """
 
 from __future__ import annotations
@@ -20,9 +21,7 @@ from agents.auth import client_address
 from hikyaku import parsers
 from hikyaku.errors import HikyakuError
 
-from ..stream import a2a as broker_stream
-from ..stream import peer as peer_stream
-from ..stream.serve import polled_response
+from ..stream.handoff import call_refused
 from . import endpoint, jsonrpc, peer
 
 
@@ -61,15 +60,6 @@ def broker_jsonrpc(request: HttpRequest) -> HttpResponse:
         return _not_post()
     answer = endpoint.broker(header=request.headers.get, body=request.body)
     request.hikyaku_log = answer.log
-    if isinstance(answer, endpoint.Streaming):
-        try:
-            return polled_response(
-                lambda: broker_stream.begin(
-                    answer.identity, answer.call, answer.request_id, answer.method
-                )
-            )
-        except (HikyakuError, DatabaseError) as exc:
-            return _error(answer.request_id, exc, answer.method)
     response = HttpResponse(answer.body, content_type="application/json", status=answer.status)
     for name, value in answer.headers:
         response[name] = value
@@ -88,10 +78,15 @@ def agent_jsonrpc(request: HttpRequest, agent_id: str) -> HttpResponse:
     if isinstance(envelope, HttpResponse):
         return envelope
     request_id, method = envelope.request_id, envelope.method
+    version = request.headers.get("A2A-Version")
+    if envelope.streaming or peer.waits_for_answer(method, envelope.params, version):
+        # Long-held: served by the stream processes, never in a web thread
+        # (messaging/stream/handoff.py).
+        return call_refused(request_id, method)
     try:
         call = peer.open_call(
             agent_id=agent_id,
-            version=request.headers.get("A2A-Version"),
+            version=version,
             authorization=request.headers.get("Authorization"),
             x_agent_id=request.headers.get("X-Agent-Id"),
             address=client_address(request.META),
@@ -103,8 +98,6 @@ def agent_jsonrpc(request: HttpRequest, agent_id: str) -> HttpResponse:
             "caller": str(call.sender.agent.id) if call.sender.agent else call.sender.caller_id,
             "rpc_method": method,
         }
-        if envelope.streaming:
-            return polled_response(lambda: peer_stream.begin_stream(call, request_id, method))
         handler = peer.PEER_METHODS.get(method)
         if handler is None:
             return _respond(jsonrpc.method_not_found(request_id, method))

@@ -1,8 +1,8 @@
 """What a stream carries: synchronous readers of the event table, one per kind of stream.
 
 A feed keeps the stream's cursor and turns the events after it into SSE frames. Its methods
-run on a stream DB thread (messaging.stream.db) — or, in a WSGI process, in the request
-thread — and read only the database: the hub decides *when* to read, the feed *what*.
+run on a stream DB thread (messaging.stream.db) and read only the database: the hub decides
+*when* to read, the feed *what*.
 
 - `InboxFeed` — `GET /api/v1/subscribe`: `message` for a task delivered to the agent,
   `task-update` for any other event of a task it sent or received (docs/PROTOCOL.md §6).

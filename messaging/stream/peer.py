@@ -23,10 +23,12 @@ import re
 from functools import partial
 from typing import Any
 
-from agents.auth import AgentIdentity, client_address
+from agents.auth import AgentIdentity
 from agents.models import Agent
-from agents.selectors import peer_reachability
-from hikyaku.errors import TaskNotFound
+from hikyaku import client_address
+from hikyaku.errors import (
+    TaskNotFound,
+)
 
 from ..a2a import jsonrpc, peer_view
 from ..a2a.peer import (
@@ -86,14 +88,6 @@ class PeerTaskFeed(TaskFeed):
         results = peer_view.caller_updates(row, task, awaiting=self.awaiting)
         return results, peer_view.interrupts(row)
 
-    def check(self) -> str | None:
-        """The hub's callee check, for the WSGI fallback (which has no hub)."""
-        agent_id, needs_public = self.callee
-        public = peer_reachability({agent_id}).get(agent_id)
-        if public is None or (needs_public and not public):
-            return "callee"
-        return None
-
     def closing_frames(self, reason: str) -> list[bytes]:
         if reason == "callee":
             return [self._error(TaskNotFound(f"Task not found: {self.task.pk}"))]
@@ -123,13 +117,29 @@ def begin_stream(call: PeerCall, request_id: Any, method: str) -> PeerTaskFeed:
     )
 
 
-def _address(scope: sse.Scope) -> str:
-    client = scope.get("client")
-    meta = {"REMOTE_ADDR": client[0] if client else ""}
-    forwarded = sse.header(scope, b"x-forwarded-for")
-    if forwarded is not None:
-        meta["HTTP_X_FORWARDED_FOR"] = forwarded
-    return client_address(meta)
+def call_opener(scope: sse.Scope, envelope: jsonrpc.Envelope, agent_id: str):
+    """`open_call` for a request to an agent's endpoint, to run on a stream DB thread."""
+    return partial(
+        open_call,
+        agent_id=agent_id,
+        version=sse.header(scope, b"a2a-version"),
+        authorization=sse.header(scope, b"authorization"),
+        x_agent_id=sse.header(scope, b"x-agent-id"),
+        address=client_address.from_scope(scope),
+        params=envelope.params,
+    )
+
+
+async def refused_content_type(
+    scope: sse.Scope, send: sse.Send, envelope: jsonrpc.Envelope
+) -> bool:
+    """Answer a request to an agent's endpoint whose Content-Type is not JSON, as the view
+    does; False when it is JSON."""
+    if is_json(sse.header(scope, b"content-type") or ""):
+        return False
+    answer = jsonrpc.error_answer(None, content_type_refused(), method=envelope.method)
+    await sse.send_json(send, answer.status, answer.body, answer.headers)
+    return True
 
 
 async def agent_stream(
@@ -141,23 +151,11 @@ async def agent_stream(
 ) -> None:
     """A streaming JSON-RPC request to an agent's endpoint, already read and parsed by the
     dispatcher (hikyaku.asgi)."""
-    if not is_json(sse.header(scope, b"content-type") or ""):
-        answer = jsonrpc.error_answer(None, content_type_refused(), method=envelope.method)
-        await sse.send_json(send, answer.status, answer.body, answer.headers)
+    if await refused_content_type(scope, send, envelope):
         return
 
     async def opened():
-        call = await run_db(
-            partial(
-                open_call,
-                agent_id=agent_id,
-                version=sse.header(scope, b"a2a-version"),
-                authorization=sse.header(scope, b"authorization"),
-                x_agent_id=sse.header(scope, b"x-agent-id"),
-                address=_address(scope),
-                params=envelope.params,
-            )
-        )
+        call = await run_db(call_opener(scope, envelope, agent_id))
         return await run_db(begin_stream, call, envelope.request_id, envelope.method, retry=False)
 
     feed = await open_or_answer(send, envelope, opened)

@@ -1,27 +1,21 @@
-"""Drivers that run a feed as an open HTTP response.
+"""The driver that runs a feed as an open HTTP response.
 
 `serve` is the lean ASGI driver: the stream is a coroutine on the event loop that sleeps on an
 asyncio.Event until the hub wakes it, then reads through the bounded DB pool. No thread and
-no Redis connection is held per stream.
-
-`iterate` is the WSGI fallback: a generator for a StreamingHttpResponse that polls the
-database. It holds a server thread for the life of the stream, so web processes bound it
-(HIKYAKU_WSGI_STREAMS_MAX); streams are meant for the ASGI stream process.
+no Redis connection is held per stream. Web (WSGI) processes serve no streams: they hand them
+to the stream processes (messaging/stream/handoff.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections
-from django.http import StreamingHttpResponse
+from django.db import DatabaseError, InterfaceError, OperationalError
 
-from agents.auth import identity_is_current
 from hikyaku import metrics
 from hikyaku.errors import ServiceUnavailable
 
@@ -153,97 +147,3 @@ async def _run(feed: Feed, sub, write: _Writer, *, more: bool) -> None:
             sub.close(batch.closed)
             return
         more = batch.more
-
-
-def iterate(feed: Feed, *, poll_seconds: float | None = None) -> Iterator[bytes]:
-    """The WSGI fallback: poll the database (no hub in a WSGI process)."""
-    poll = poll_seconds or settings.HIKYAKU_WSGI_STREAM_POLL_SECONDS
-    keepalive = settings.HIKYAKU_STREAM_KEEPALIVE_SECONDS
-    batch = feed.open()
-    yield b"".join(batch.frames)
-    last_write = last_check = time.monotonic()
-    while batch.closed is None:
-        if not batch.more:
-            time.sleep(poll)
-        if time.monotonic() - last_check >= settings.HIKYAKU_STREAM_CHECK_SECONDS:
-            # What the hub does for streams in a stream process.
-            last_check = time.monotonic()
-            reason = feed.check()
-            if reason is None and feed.identity is not None:
-                reason = None if identity_is_current(feed.identity) else "credentials"
-            if reason:
-                batch = Batch(closed=reason)
-                break
-        try:
-            batch = feed.fetch()
-        except DatabaseError as exc:
-            log.warning("stream read failed (%s); retrying", exc.__class__.__name__)
-            close_old_connections()
-            batch = Batch()
-            continue
-        if batch.frames:
-            yield b"".join(batch.frames)
-            last_write = time.monotonic()
-        elif time.monotonic() - last_write >= keepalive:
-            yield sse.comment("keepalive")
-            last_write = time.monotonic()
-    closing = b"".join(feed.closing_frames(batch.closed)) if batch.closed else b""
-    if closing:
-        yield closing
-
-
-_slots: threading.BoundedSemaphore | None = None
-_slots_lock = threading.Lock()
-
-
-def _wsgi_slots() -> threading.BoundedSemaphore:
-    global _slots
-    with _slots_lock:
-        if _slots is None:
-            _slots = threading.BoundedSemaphore(settings.HIKYAKU_WSGI_STREAMS_MAX)
-    return _slots
-
-
-class _SlotStream:
-    """The frames of a polled stream. Closing it (the WSGI server closes every response)
-    frees its slot, even when it was never iterated."""
-
-    def __init__(self, frames: Iterator[bytes], slots: threading.BoundedSemaphore) -> None:
-        self._frames = frames
-        self._slots = slots
-        self._closed = False
-
-    def __iter__(self) -> _SlotStream:
-        return self
-
-    def __next__(self) -> bytes:
-        return next(self._frames)
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._frames.close()  # type: ignore[attr-defined]
-            self._slots.release()
-
-
-def polled_response(begin: Callable[[], Feed]) -> StreamingHttpResponse:
-    """A stream served from a WSGI process by polling, for at most HIKYAKU_WSGI_STREAMS_MAX
-    concurrent streams per process (beyond: ServiceUnavailable). `begin` builds the feed and
-    raises HikyakuError for anything to answer before the stream starts."""
-    slots = _wsgi_slots()
-    if not slots.acquire(blocking=False):
-        raise ServiceUnavailable(
-            "Too many open streams on this web process; retry shortly (the stream processes "
-            "serve streams without this limit)."
-        )
-    try:
-        feed = begin()
-    except BaseException:
-        slots.release()
-        raise
-    response = StreamingHttpResponse(
-        _SlotStream(iterate(feed), slots), content_type="text/event-stream"
-    )
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response

@@ -1,53 +1,27 @@
-"""The stream URLs as plain Django views: the fallback for a WSGI web process.
+"""The stream URLs as Django views: what a web (WSGI) process answers to them.
 
 In a stream process (hikyaku.asgi) these paths never reach Django: the lean handlers serve
-them. A WSGI process has no dispatcher in front, so it serves them by polling the database,
-holding a server thread per stream, for at most HIKYAKU_WSGI_STREAMS_MAX streams at a time.
-Production routes these paths to the stream processes (docs/ARCHITECTURE.md).
+them. A web process must not hold a thread for a stream, so these views hand the request to
+the stream tier (421, messaging/stream/handoff.py) instead of serving it: at once for the
+inbox (before authentication, which the stream tier does and counts), after the session
+check for the web UI's streams (outsiders see the 404 every page of a tenant gives them).
 """
 
 from __future__ import annotations
 
 from django.conf import settings
-from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.views.decorators.http import require_GET
 
-from agents.auth import authenticate_agent
-from hikyaku.errors import HikyakuError, ServiceUnavailable, error_response
+from hikyaku.errors import HikyakuError, error_response
 
-from ..a2a.wire import dialect_for
 from . import web
-from .feeds import InboxFeed, TenantFeed, parse_event_id
-from .serve import polled_response
-
-
-def _since(request: HttpRequest) -> int | None:
-    since = parse_event_id(request.headers.get("Last-Event-ID"), "Last-Event-ID")
-    return since if since is not None else parse_event_id(request.GET.get("since"), "since")
-
-
-def _answer(begin) -> HttpResponse:
-    try:
-        return polled_response(begin)
-    except HikyakuError as exc:
-        return error_response(exc)
-    except DatabaseError:
-        return error_response(ServiceUnavailable())
+from .handoff import stream_refused
 
 
 @require_GET
 def subscribe(request: HttpRequest) -> HttpResponse:
-    def begin() -> InboxFeed:
-        dialect = dialect_for(request.headers.get("A2A-Version"))
-        since = _since(request)
-        identity = authenticate_agent(
-            authorization=request.headers.get("Authorization"),
-            agent_id=request.headers.get("X-Agent-Id"),
-        )
-        return InboxFeed(identity, dialect, since)
-
-    return _answer(begin)
+    return stream_refused("GET /api/v1/subscribe (the inbox stream)")
 
 
 def tenant_events(request: HttpRequest, slug: str) -> HttpResponse:
@@ -59,24 +33,13 @@ def agent_events(request: HttpRequest, slug: str, agent_id) -> HttpResponse:
 
 
 def _web_stream(request: HttpRequest, slug: str, agent: str | None) -> HttpResponse:
+    # Outsiders get the same 404 for every method, as on every page of a tenant (no existence
+    # oracle); members a 405, or for a GET the hand-off to the stream tier.
     session_key = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
+    try:
+        web.authorize(session_key, slug, agent)
+    except HikyakuError as exc:
+        return error_response(exc)
     if request.method != "GET":
-        # Outsiders get the same 404 for every method (no existence oracle), members a 405.
-        try:
-            web.authorize(session_key, slug, agent)
-        except HikyakuError as exc:
-            return error_response(exc)
         return HttpResponseNotAllowed(["GET"])
-
-    def begin() -> TenantFeed:
-        since = _since(request)
-        tenant, agent_id = web.authorize(session_key, slug, agent)
-        return TenantFeed(
-            tenant=tenant,
-            agent_id=agent_id,
-            since=since,
-            validate=lambda: web.still_allowed(session_key, slug, agent),
-            check_seconds=settings.HIKYAKU_STREAM_CHECK_SECONDS,
-        )
-
-    return _answer(begin)
+    return stream_refused("The web UI's event stream")

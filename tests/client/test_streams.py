@@ -16,6 +16,9 @@ from mcp import Client
 from tests.client.conftest import HIKYAKU, LIVE_DB, Agent, port_in_range, stream_available
 from tests.client.proxy import CuttableProxy
 from tests.client.test_mcp import call, over_stdio
+from tests.live import test_database_url
+from tests.ops.processes import base_env as ops_env
+from tests.ops.processes import granian_wsgi, running
 
 pytestmark = LIVE_DB
 
@@ -224,6 +227,31 @@ def test_watch_stops_with_one_error_line_when_the_agent_is_deregistered(register
         assert "no longer active" in errors[0] or "401" in errors[0]
     finally:
         watch.stop()
+
+
+def test_watch_against_a_web_process_stops_with_one_error_saying_where_streams_are(
+    register, tmp_path
+):
+    """A web (WSGI) process serves no streams: `watch` pointed at one gets its 421 and stops
+    with the broker's explanation instead of retrying for ever."""
+    bob = register("bob")
+    port = port_in_range()
+    web = granian_wsgi(port)
+    env = ops_env(DATABASE_URL=test_database_url())
+    with running(
+        web, env=env, log=tmp_path / "web.log", ready_url=f"http://127.0.0.1:{port}/healthz"
+    ):
+        watch = Watch(bob, url=f"http://127.0.0.1:{port}")
+        try:
+            assert watch.finish(timeout=30) == 1
+            time.sleep(0.2)  # let the reader thread drain stderr
+            while not watch.err.empty():
+                watch.stderr_lines.append(watch.err.get())
+            errors = [line for line in watch.stderr_lines if line.startswith("Error")]
+            assert len(errors) == 1, watch.stderr_lines
+            assert "not served here" in errors[0] and "proxy" in errors[0]
+        finally:
+            watch.stop()
 
 
 def test_mcp_poll_returns_a_message_that_arrived_while_the_stream_was_down(register, proxy):

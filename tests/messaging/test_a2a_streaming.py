@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 
 import httpx
@@ -20,12 +19,10 @@ from a2a.types import (
     TaskState,
 )
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
-from django.test import override_settings
 from google.protobuf.struct_pb2 import Struct
 
 from agents import services as agent_services
-from messaging import services as messaging_services
-from messaging.parties import Sender
+from messaging.models import Task
 from tests import factories
 from tests.live import SSEClient
 from tests.messaging import rpc
@@ -274,34 +271,26 @@ def test_a2a_stream_ends_with_an_error_event_when_credentials_are_revoked(broker
 
 
 @pytest.mark.django_db
-@override_settings(HIKYAKU_WSGI_STREAM_POLL_SECONDS=0.01)
-def test_a_wsgi_process_serves_streaming_methods_by_polling(tenant):
+def test_a_web_process_hands_streaming_methods_to_the_stream_processes(tenant):
+    """A web (WSGI) process has no stream handler: its view answers 421 with a JSON-RPC error
+    at once, before authenticating or sending anything (messaging/stream/handoff.py)."""
     alice = factories.agent(tenant, name="alice")
     bob = factories.agent(tenant, name="bob")
-    response = rpc.call(
-        alice, "SendStreamingMessage", {"message": rpc.message("via wsgi", to=bob.id)}
-    )
-    assert response.status_code == 200
-    assert response["Content-Type"] == "text/event-stream"
-    chunks = iter(response.streaming_content)
-
-    def data(chunk: bytes) -> dict:
-        [line] = [x for x in chunk.decode().splitlines() if x.startswith("data: ")]
-        return json.loads(line[len("data: ") :])
-
-    task = data(next(chunks))["result"]["task"]
-    messaging_services.send_message(
-        sender=Sender(tenant=tenant, agent=bob.model),
-        message={**rpc.message("done", task_id=task["id"], action="ack")},
-    )
-    started = time.monotonic()
-    update = data(next(chunks))["result"]["statusUpdate"]
-    assert update["status"]["state"] == "TASK_STATE_COMPLETED"
-    assert time.monotonic() - started < 2
-    assert list(chunks) == []  # exhausted: the test client closed the response
-
-    terminal = rpc.error(alice, "SubscribeToTask", {"id": task["id"]})
-    assert terminal["code"] == -32004
+    task = rpc.result(alice, "SendMessage", {"message": rpc.message("hi", to=bob.id)})["task"]
+    calls = [
+        ("SendStreamingMessage", {"message": rpc.message("via a web process", to=bob.id)}),
+        ("SubscribeToTask", {"id": task["id"]}),
+        ("message/stream", {"message": rpc.message("0.3 name", to=bob.id)}),
+        ("tasks/resubscribe", {"id": task["id"]}),
+    ]
+    for method, params in calls:
+        response = rpc.call(alice, method, params)
+        assert response.status_code == 421, response.content
+        assert response["Content-Type"] == "application/json"
+        body = response.json()
+        assert body["id"] is not None and body["error"]["code"] == -32004
+        assert body["error"]["message"].startswith(f"{method} is not served here")
+    assert Task.objects.filter(tenant=tenant).count() == 1  # nothing was sent
 
 
 @live

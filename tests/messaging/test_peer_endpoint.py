@@ -1,5 +1,6 @@
 """An agent's own A2A endpoint, POST /a2a/agents/<id>/ (docs/PROTOCOL.md §8, docs/PEERS.md), through
-Django's test client. Blocking sends and real A2A clients: test_peer_live.py."""
+Django's test client: the view a web process serves. Blocking sends that wait, streams and real
+A2A clients: test_peer_waits.py, test_peer_streaming.py, test_peer_live.py."""
 
 from __future__ import annotations
 
@@ -222,15 +223,33 @@ def test_size_limits_apply(bob, settings):
     assert err(bob, "SendMessage", {"message": {**say(), "parts": parts}})["code"] == -32602
 
 
-def test_blocking_send_gives_up_after_the_timeout(bob, settings):
-    settings.HIKYAKU_BLOCKING_TIMEOUT_SECONDS = 0.2
-    task = ok(bob, "SendMessage", {"message": say()})["task"]
-    assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
+def handed_off(response, method: str) -> None:
+    """The web process's answer to a long-held call (messaging/stream/handoff.py)."""
+    assert response.status_code == 421, response.content
+    error = response.json()["error"]
+    assert error["code"] == -32004
+    assert error["message"].startswith(f"{method} is not served here")
+    assert "stream process" in error["message"]
 
 
-def test_blocking_send_returns_at_once_when_no_wait_slot_is_free(bob, settings):
-    settings.HIKYAKU_BLOCKING_TIMEOUT_SECONDS = 30
-    settings.HIKYAKU_MAX_BLOCKING_WAITS = 0
+def test_a_send_that_would_wait_is_handed_to_the_stream_processes_unwritten(bob, settings):
+    settings.HIKYAKU_BLOCKING_TIMEOUT_SECONDS = 25
+    handed_off(rpc(bob, "SendMessage", {"message": say()}), "SendMessage")
+    message_0_3 = {"messageId": "m-03", "role": "user", "parts": [{"kind": "text", "text": "hi"}]}
+    blocking_0_3 = {"message": message_0_3, "configuration": {"blocking": True}}
+    handed_off(rpc(bob, "message/send", blocking_0_3, version=None), "message/send")
+    assert not Task.objects.exists()  # nothing delivered: the stream tier will do it, once
+    # Sends that do not wait are answered here, at once.
+    assert send(bob)["status"]["state"] == "TASK_STATE_SUBMITTED"
+    plain_0_3 = ok(bob, "message/send", {"message": message_0_3}, version=None)
+    assert plain_0_3["task"]["status"]["state"] == "submitted"
+    # A malformed configuration is the ordinary error, not a hand-off.
+    bad = {"message": say(), "configuration": {"returnImmediately": "yes"}}
+    assert err(bob, "SendMessage", bad)["code"] == -32602
+
+
+def test_without_a_blocking_timeout_a_blocking_send_is_answered_here(bob):
+    # quick_settings: HIKYAKU_BLOCKING_TIMEOUT_SECONDS = 0, so nothing would wait.
     task = ok(bob, "SendMessage", {"message": say()})["task"]
     assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
 
@@ -388,12 +407,8 @@ def test_protocol_errors(bob):
     assert err(bob, "Nope")["code"] == -32601
     assert err(bob, "SendMessage", {})["code"] == -32602
     assert err(bob, "GetTask", {"id": "tck-nonexistent"})["code"] == -32001
-    # Streams (test_peer_streaming.py) refuse before they start: unknown and terminal tasks.
-    assert err(bob, "SubscribeToTask", {"id": str(uuid.uuid4())})["code"] == -32001
-    done = send(bob)
-    act(bob, done["id"], "complete", "done")
-    assert err(bob, "SubscribeToTask", {"id": done["id"]})["code"] == -32004
-    assert err(bob, "SendStreamingMessage", {"message": {}})["code"] == -32602
+    # Streams' errors come from the stream processes (test_peer_streaming.py,
+    # test_peer_waits.py); this view hands streams over without reading them.
     assert err(bob, "GetExtendedAgentCard")["code"] == -32004
     version = err(bob, "SendMessage", {"message": say()}, version="99.0")
     assert version["code"] == -32009 and version["data"][0]["reason"] == "VERSION_NOT_SUPPORTED"
@@ -455,24 +470,17 @@ def test_client_address_behind_trusted_proxies(bob, settings):
     assert err(bob, "GetTask", {"id": task["id"]}, address="10.0.0.1")["code"] == -32001
 
 
-def test_a_wsgi_process_streams_by_polling_in_the_callers_view(bob, settings):
-    settings.HIKYAKU_WSGI_STREAM_POLL_SECONDS = 0.01
-    response = rpc(bob, "SendStreamingMessage", {"message": say("via wsgi")})
-    assert response["Content-Type"] == "text/event-stream"
-    chunks = iter(response.streaming_content)
-
-    def data(chunk: bytes) -> dict:
-        [line] = [x for x in chunk.decode().splitlines() if x.startswith("data: ")]
-        return json.loads(line[len("data: ") :])
-
-    task = data(next(chunks))["result"]["task"]
-    assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
-    act(bob, task["id"], "accept", "on it")
-    assert data(next(chunks))["result"]["statusUpdate"]["status"]["state"] == "TASK_STATE_WORKING"
-    act(bob, task["id"], "block", "which one?")
-    asked = data(next(chunks))["result"]["statusUpdate"]
-    assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
-    assert list(chunks) == []  # interrupted: the stream ended
+def test_streaming_methods_are_handed_to_the_stream_processes_unwritten(bob):
+    task = send(bob)
+    streamed = {"message": say("stream me")}
+    handed_off(rpc(bob, "SendStreamingMessage", streamed), "SendStreamingMessage")
+    handed_off(rpc(bob, "SubscribeToTask", {"id": task["id"]}), "SubscribeToTask")
+    handed_off(rpc(bob, "message/stream", streamed, version=None), "message/stream")
+    assert Task.objects.count() == 1  # only the first send's task
+    # Before any authentication: the stream process authenticates (and counts) it once.
+    handed_off(
+        rpc(bob, "SubscribeToTask", {"id": task["id"]}, credential="hka_bad"), "SubscribeToTask"
+    )
 
 
 # Push notification configs ----------------------------------------------------------------

@@ -394,28 +394,20 @@ def test_streams_survive_their_database_connections_being_killed(broker, alice, 
 
 
 @pytest.mark.django_db
-def test_a_wsgi_process_serves_the_inbox_by_polling(tenant, settings):
-    """No stream handler in front of a WSGI process: the Django view polls."""
+def test_a_web_process_hands_the_inbox_stream_to_the_stream_processes(tenant):
+    """No stream handler in front of a web (WSGI) process: its view answers at once, 421 in
+    the REST envelope, without holding a thread (messaging/stream/handoff.py)."""
     from django.test import Client
 
-    settings.HIKYAKU_WSGI_STREAM_POLL_SECONDS = 0.01
-    settings.HIKYAKU_STREAM_CHECK_SECONDS = 0.05
-    alice = factories.agent(tenant, name="alice")
     bob = factories.agent(tenant, name="bob")
-    response = Client().get("/api/v1/subscribe", HTTP_AUTHORIZATION=f"Bearer {bob.token}")
-    assert response.status_code == 200
-    assert response["Content-Type"] == "text/event-stream"
-    assert response["X-Accel-Buffering"] == "no"
-    chunks = iter(response.streaming_content)
-    assert b"event: ready" in next(chunks)
-    message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "polled"}]}
-    messaging_services.send_message(
-        sender=Sender(tenant=tenant, agent=alice.model), message=message, to=bob.id
-    )
-    assert b"event: message" in next(chunks)
-    agent_services.rotate_agent_token(agent=bob.refresh())
-    assert b"event: closed" in next(chunks)
-    assert list(chunks) == []
+    for headers in ({"HTTP_AUTHORIZATION": f"Bearer {bob.token}"}, {}):
+        response = Client().get("/api/v1/subscribe", **headers)
+        assert response.status_code == 421
+        assert response["Content-Type"] == "application/json"
+        error = response.json()["error"]
+        assert error["code"] == "STREAM_TIER_ONLY"
+        assert "stream process" in error["message"]
+    assert Client().post("/api/v1/subscribe").status_code == 405
 
 
 def test_events_of_tasks_policy_no_longer_lets_the_agent_read_are_skipped(

@@ -42,9 +42,10 @@ def cluster_env(tmp_path):
         redis.Redis.from_url(redis_url, socket_connect_timeout=2).ping()
     except (psycopg.OperationalError, redis.ConnectionError) as exc:
         pytest.skip(f"needs the machine's Postgres and Redis on 127.0.0.1: {exc}")
-    web1, web2, stream = free_ports(3)
+    proxy, web1, web2, stream = free_ports(4)
     env = base_env(
         CLUSTER_DIR=str(tmp_path / "run"),
+        CLUSTER_PROXY_PORT=str(proxy),
         CLUSTER_WEB_PORTS=f"{web1},{web2}",
         CLUSTER_STREAM_PORT=str(stream),
         DATABASE_URL=database,
@@ -75,20 +76,37 @@ def alive(pid: int) -> bool:
     return True
 
 
+def test_without_nginx_the_cluster_says_so_and_starts_nothing(cluster_env, tmp_path):
+    started = cluster("start", {**cluster_env, "CLUSTER_NGINX": "/nonexistent/nginx"})
+    assert started.returncode == 1 and "No nginx found" in started.stdout
+    assert not (tmp_path / "run" / "cluster.json").exists()
+
+
 def test_the_cluster_starts_serves_shares_state_and_stops(cluster_env, tmp_path):
     started = cluster("start", cluster_env)
     assert started.returncode == 0, started.stdout + started.stderr
     run_dir = tmp_path / "run"
     state = json.loads((run_dir / "cluster.json").read_text())
-    assert set(state) == {"web-1", "web-2", "stream", "worker", "beat"}
+    assert set(state) == {"proxy", "web-1", "web-2", "stream", "worker", "beat"}
     for name, entry in state.items():
         assert (run_dir / f"{name}.pid").read_text().strip() == str(entry["pid"])
 
     web1, web2 = (f"http://127.0.0.1:{p}" for p in cluster_env["CLUSTER_WEB_PORTS"].split(","))
     stream = f"http://127.0.0.1:{cluster_env['CLUSTER_STREAM_PORT']}"
-    for base in (web1, web2, stream):
+    proxy = f"http://127.0.0.1:{cluster_env['CLUSTER_PROXY_PORT']}"
+    for base in (proxy, web1, web2, stream):
         ready = httpx.get(f"{base}/readyz", timeout=10).json()
         assert ready == {"status": "ok", "checks": {"database": "ok", "redis": "ok"}}
+
+    # nginx runs deploy/nginx.conf pointed at these processes: a stream through the proxy
+    # is served by the stream process, which a web process hands it to (docs/ARCHITECTURE.md).
+    conf = (run_dir / "nginx.conf").read_text()
+    for port in (*cluster_env["CLUSTER_WEB_PORTS"].split(","), cluster_env["CLUSTER_STREAM_PORT"]):
+        assert f"server 127.0.0.1:{port};" in conf
+    refused = httpx.get(f"{web1}/api/v1/subscribe", timeout=10)
+    assert refused.status_code == 421
+    through = httpx.get(f"{proxy}/api/v1/subscribe", timeout=10)
+    assert through.status_code == 401 and through.json()["error"]["code"] == "UNAUTHORIZED"
 
     # A key made by the operator command registers an agent on web-1; web-2 sees it.
     secret_key = (run_dir / "secret_key").read_text()
@@ -141,7 +159,7 @@ def test_the_cluster_starts_serves_shares_state_and_stops(cluster_env, tmp_path)
     assert again.returncode != 0 and "already running" in again.stdout
 
     stopped = cluster("stop", cluster_env)
-    assert stopped.returncode == 0 and "Stopped 5 process(es)" in stopped.stdout
+    assert stopped.returncode == 0 and "Stopped 6 process(es)" in stopped.stdout
     assert not any(alive(entry["pid"]) for entry in state.values())
     assert not list(run_dir.glob("*.pid"))
     with pytest.raises(httpx.TransportError):

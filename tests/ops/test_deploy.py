@@ -258,6 +258,15 @@ class UpstreamHandler(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
+        if "handoff" in self.path and self.server.name in self.path.split("handoff=", 1)[-1]:
+            # What a process answers a call it does not serve (messaging/stream/handoff.py).
+            refusal = b'{"error": {"code": "STREAM_TIER_ONLY", "message": "not here"}}'
+            self.send_response(421)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(refusal)))
+            self.end_headers()
+            self.wfile.write(refusal)
+            return
         if "slow" in self.path:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -269,6 +278,7 @@ class UpstreamHandler(BaseHTTPRequestHandler):
                 time.sleep(1.5)
             self.wfile.write(b"0\r\n\r\n")
             return
+        status = int(self.path.split("status=", 1)[1][:3]) if "status=" in self.path else 200
         payload = json.dumps(
             {
                 "upstream": self.server.name,
@@ -279,7 +289,7 @@ class UpstreamHandler(BaseHTTPRequestHandler):
                 "request_id": self.headers.get("X-Request-Id"),
             }
         ).encode()
-        self.send_response(200)
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
@@ -381,6 +391,42 @@ def test_nginx_sends_streams_to_stream_and_the_rest_to_web(proxy, method, path, 
     assert (answer["method"], answer["path"]) == (method, path)
     assert answer["body"] == (body or "")
     assert answer["forwarded_for"] == "127.0.0.1"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers"),
+    [
+        ("POST", "/a2a/?handoff=web", JSON),
+        ("POST", "/a2a/?handoff=web", {}),
+        ("POST", "/?handoff=web", JSON),
+        ("POST", "/a2a/agents/0b7e/?handoff=web", JSON),
+        ("GET", "/api/v1/somewhere?handoff=web", {}),
+    ],
+)
+def test_nginx_hands_what_web_answers_421_to_stream_unchanged(proxy, method, path, headers):
+    # A streaming call without `Accept: text/event-stream`, or a blocking send: web answers
+    # 421 at once and the stream tier gets the same request, body included.
+    body = json.dumps({"jsonrpc": "2.0", "pad": "x" * 100_000}) if method == "POST" else None
+    headers = {**headers, "Authorization": "Bearer hka_secret", "X-Request-Id": "hand-1"}
+    response = httpx.request(method, proxy + path, headers=headers, content=body, timeout=5)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["upstream"] == "stream"
+    assert (answer["method"], answer["path"]) == (method, path)
+    assert answer["body"] == (body or "")  # larger than nginx's memory buffer: from its file
+    assert answer["request_id"] == "hand-1"
+
+
+def test_a_421_from_stream_reaches_the_client_and_other_errors_pass_through(proxy):
+    # No loop: the stream tier's own 421 is the answer.
+    response = httpx.post(proxy + "/a2a/?handoff=web,stream", content="{}", timeout=5)
+    assert response.status_code == 421
+    assert response.json()["error"]["code"] == "STREAM_TIER_ONLY"
+    # Web's other errors are its answers, not hand-offs.
+    for path in ("/a2a/?status=503", "/?status=429", "/api/v1/agents?status=404"):
+        response = httpx.post(proxy + path, content="{}", timeout=5)
+        assert response.status_code == int(path[-3:])
+        assert response.json()["upstream"] == "web"
 
 
 def test_nginx_passes_or_makes_a_request_id(proxy):

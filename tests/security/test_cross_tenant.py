@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
 from django.test import Client
 from django.urls import URLResolver, get_resolver
@@ -71,12 +72,40 @@ def rpc(method: str, params: Callable[[str, World, factories.TestAgent], dict], 
             "method": method,
             "params": params(the_id, world, caller),
         }
+        if method in STREAMING_METHODS:
+            # Only the stream processes serve these (a web process hands them over with a
+            # 421 before reading them): over HTTP to a live broker.
+            headers = {"Authorization": f"Bearer {caller.token}"}
+            if version:
+                headers["A2A-Version"] = version
+            return over_http(world.live_url, path, body, headers)
         extra = {"HTTP_AUTHORIZATION": f"Bearer {caller.token}"}
         if version:
             extra["HTTP_A2A_VERSION"] = version
         return Client().post(path, json.dumps(body), content_type="application/json", **extra)
 
     return call
+
+
+@dataclass
+class OverHttp:
+    """What `normalised` reads of a response, for one received over HTTP."""
+
+    status_code: int
+    headers: dict[str, str]
+    content: bytes
+    cookies: dict = field(default_factory=dict)
+
+
+def over_http(base: str | None, path: str, body: dict, headers: dict[str, str]) -> OverHttp:
+    assert base, "a stream-tier probe needs world.live_url (a live broker)"
+    with httpx.stream("POST", base + path, json=body, headers=headers, timeout=10) as response:
+        content = b""
+        for chunk in response.iter_raw():
+            content += chunk
+            if response.headers["content-type"].startswith("text/event-stream"):
+                break  # an open stream: its first frame says enough
+    return OverHttp(response.status_code, dict(response.headers), content)
 
 
 def rest(method: str, path: str, body: dict | None = None):
@@ -520,6 +549,7 @@ class World:
     b_user: Any
     ids: dict[str, str]  # tenant A's, by kind
     own: dict[str, str]  # tenant B's, by kind (positive controls)
+    live_url: str | None = None  # a live broker, for the stream tier's probes
 
     def caller_peer(self, caller: factories.TestAgent) -> factories.TestAgent:
         return self.b_peer if caller.model.tenant_id == self.b.model.tenant_id else self.a_peer
@@ -616,14 +646,54 @@ MATRIX = [
     for probe_name, probe in route.probes.items()
     for id_kind in probe.ids
 ]
+# The streaming methods' probes, which only a live stream process answers.
+STREAM_MATRIX = [m for m in MATRIX if m[1].split(": ")[0] in STREAMING_METHODS]
+WEB_MATRIX = [m for m in MATRIX if m not in STREAM_MATRIX]
 
 
 @pytest.mark.parametrize(
-    "route_name, probe_name, id_kind", MATRIX, ids=[" | ".join(m) for m in MATRIX]
+    "route_name, probe_name, id_kind", WEB_MATRIX, ids=[" | ".join(m) for m in WEB_MATRIX]
 )
 def test_another_tenants_ids_behave_like_ids_that_do_not_exist(
     world, route_name, probe_name, id_kind
 ):
+    probe_for_ids(world, route_name, probe_name, id_kind)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "route_name, probe_name, id_kind", STREAM_MATRIX, ids=[" | ".join(m) for m in STREAM_MATRIX]
+)
+def test_on_the_stream_tier_another_tenants_ids_behave_like_ids_that_do_not_exist(
+    broker, world, route_name, probe_name, id_kind
+):
+    world.live_url = broker.url
+    probe_for_ids(world, route_name, probe_name, id_kind)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_the_stream_tier_the_probes_reach_their_target_with_the_callers_own_ids(broker, world):
+    world.live_url = broker.url
+    for path in ("/", "/a2a/"):
+        subscribed = rpc("SubscribeToTask", task_param("id"))(
+            world, world.b, world.own["unread task"], path=path
+        )
+        streamed = rpc("SendStreamingMessage", send_to)(world, world.b, world.b_peer.id, path=path)
+        for response in (subscribed, streamed):
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            assert b'"result"' in response.content
+
+
+def test_the_stream_tier_matrix_covers_every_streaming_probe():
+    assert {m[1].split(": ")[0] for m in STREAM_MATRIX} == {
+        "SendStreamingMessage",
+        "SubscribeToTask",
+    }
+    assert len(STREAM_MATRIX) == 2 * (4 + 2 + 4)  # two paths; task and agent ids
+
+
+def probe_for_ids(world: World, route_name: str, probe_name: str, id_kind: str) -> None:
     probe = {**ROUTES, **PREFIXES}[route_name].probes[probe_name]
     their_id = world.ids[id_kind]
     before = snapshot(world.a.tenant)
