@@ -13,7 +13,8 @@ import time
 import pytest
 from mcp import Client
 
-from tests.client.conftest import HIKYAKU, LIVE_DB, Agent, port_in_range, stream_available
+from testbed import free_port
+from tests.client.conftest import HIKYAKU, LIVE_DB, Agent, stream_available
 from tests.client.proxy import CuttableProxy
 from tests.client.test_mcp import call, over_stdio
 
@@ -28,7 +29,7 @@ def _needs_the_stream(client_broker):
 
 @pytest.fixture
 def proxy(client_broker):
-    proxy = CuttableProxy(target_port=client_broker.port, port=port_in_range()).start()
+    proxy = CuttableProxy(target_port=client_broker.port, port=free_port()).start()
     yield proxy
     proxy.cut()
 

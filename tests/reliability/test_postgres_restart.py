@@ -31,7 +31,6 @@ from tests.reliability.harness import (
     PrivatePostgres,
     SendLoad,
     Server,
-    port_in_range,
     record,
     wait_until,
 )
@@ -140,7 +139,7 @@ class Reader(threading.Thread):
 @pytest.mark.parametrize("kind", Server.KINDS)
 def test_postgres_restart_mid_load_fails_cleanly_and_recovers(postgres, kind):
     key = create_key(postgres)
-    server = Server(kind=kind, database_url=postgres.url, port=port_in_range(8800, 8899))
+    server = Server(kind=kind, database_url=postgres.url)
     server.start()
     pid = server.pid
     try:

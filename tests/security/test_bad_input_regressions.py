@@ -9,6 +9,7 @@ import json
 
 import httpx
 import pytest
+from django.db import connection  # noqa: F401  (read by a skipif condition)
 from django.test import Client
 
 from messaging.models import Task
@@ -132,11 +133,23 @@ def test_rest_bodies_that_are_not_json_are_400(api_key, body):
 
 @pytest.mark.parametrize(
     "query",
-    ["?q=%00", "?cursor=" + b64(["a\x00", "00000000-0000-0000-0000-000000000000"])],
+    [
+        "?q=%00",
+        pytest.param(
+            "?cursor=" + b64(["a\x00", "00000000-0000-0000-0000-000000000000"]),
+            marks=pytest.mark.skipif(
+                "connection.vendor == 'sqlite'",
+                reason="SQLite stores and compares NUL in text, so no database refuses this "
+                "cursor there: it pages past every name (200)",
+            ),
+            id="nul-cursor",
+        ),
+    ],
 )
 def test_rest_query_values_the_database_refuses_are_400_not_503(agent, query):
     response = rest("get", "/api/v1/agents" + query, agent.token)
-    assert response.status_code in (200, 400), response.content[:300]
+    assert response.status_code == 400, response.content[:300]
+    assert response.json()["error"]["code"] == "INVALID_REQUEST"
 
 
 @pytest.mark.django_db(transaction=True)
