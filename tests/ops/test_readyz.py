@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from testbed import PostgresCluster
+from tests.backends import postgres_suite_only
 from tests.ops.processes import base_env, free_port, granian_wsgi, running
 
 
@@ -35,6 +36,10 @@ def wait_for_status(url: str, status: int, timeout: float = 20) -> httpx.Respons
         time.sleep(0.2)
 
 
+PRIVATE = "a server of its own on a Postgres of its own (or none), whatever the suite's database"
+
+
+@postgres_suite_only(PRIVATE)
 def test_readyz_follows_the_database_down_and_back_up(private_postgres, tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}/readyz"
@@ -56,6 +61,7 @@ def test_readyz_follows_the_database_down_and_back_up(private_postgres, tmp_path
     assert "Traceback" not in (tmp_path / "web.log").read_text()
 
 
+@postgres_suite_only(PRIVATE)
 def test_readyz_answers_503_when_the_database_port_is_closed(tmp_path):
     closed = free_port()
     port = free_port()

@@ -26,6 +26,7 @@ from collections import Counter
 import httpx
 import pytest
 
+from tests.backends import postgres_suite_only
 from tests.live import ROOT
 from tests.reliability.harness import (
     PrivatePostgres,
@@ -38,6 +39,9 @@ from tests.security.checks import assert_no_traceback
 
 pytestmark = [
     pytest.mark.slow,
+    postgres_suite_only(
+        "the scenario runs its own Postgres cluster, whatever the suite's database"
+    ),
     pytest.mark.skipif(not PrivatePostgres.available(), reason="needs Postgres 15 binaries"),
 ]
 

@@ -30,6 +30,7 @@ from django.db import connection
 from messaging.models import Task, TaskEvent, WebhookDelivery
 from messaging.push import delivery
 from tests import factories, live
+from tests.backends import postgres_suite_only
 from tests.messaging.receiver import Receiver
 from tests.messaging.test_streams import send, subscribe
 from tests.reliability.harness import (
@@ -42,6 +43,10 @@ from tests.reliability.harness import (
 
 pytestmark = [
     pytest.mark.slow,
+    postgres_suite_only(
+        "Redis and Celery faults of the production topology (Postgres, Redis, granian, Celery "
+        "workers); the embedded default has no Redis"
+    ),
     pytest.mark.skipif(not PrivateRedis.available(), reason="needs redis-server"),
 ]
 
