@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from testbed import ROOT, Process, ProcessError, free_port, free_ports, http_ok, wait_until
+from testbed import ROOT, Process, ProcessError, free_port, free_ports, http_ok
 from testbed.broker import BIN, granian_argv
 
 __all__ = ["BIN", "REPO", "base_env", "free_port", "free_ports", "granian_wsgi", "manage"]
@@ -41,10 +41,6 @@ def manage(*args: str, env: dict[str, str], check: bool = True) -> subprocess.Co
     if check and result.returncode != 0:
         raise AssertionError(f"manage.py {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
     return result
-
-
-def wait_for_http(url: str, *, timeout: float = 30.0, accept=(200,)) -> None:
-    wait_until(http_ok(url, accept), timeout=timeout, what=f"{url} to answer {accept}")
 
 
 @contextmanager
