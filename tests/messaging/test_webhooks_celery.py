@@ -65,10 +65,9 @@ def worker(django_db_setup, django_db_blocker, celery_env) -> Iterator[Celery]:
         "DATABASE_URL": live.test_database_url(),
         "HIKYAKU_LOG_FORMAT": "text",
     }
-    log = ROOT / "test-artifacts" / "celery-worker.log"
-    worker = Celery(
-        kind="worker", env=env, log=log, queue=celery_env["CELERY_TASK_DEFAULT_QUEUE"]
-    ).start()
+    queue = celery_env["CELERY_TASK_DEFAULT_QUEUE"]
+    log = ROOT / "test-artifacts" / f"celery-{queue}.log"  # of this run: readiness reads it
+    worker = Celery(kind="worker", env=env, log=log, queue=queue).start()
     yield worker
     worker.stop(timeout=15)
 
