@@ -89,6 +89,7 @@ bench-cluster: $(STAMP)  ## one web process against two
 # Live streams (issue 4 targets): needs Postgres on 127.0.0.1:5432 and redis-server on PATH.
 bench-streams: $(STAMP)  ## the live-stream benchmark
 	@$(BIN)/python -m bench.streams $(BENCH_ARGS)
+
 # The A2A TCK against a public agent's own endpoint (conformance/run.py); needs the TCK
 # archive in ../shared/tools/ (or TCK_ARCHIVE) and PyPI for the TCK's own environment.
 tck: $(STAMP)  ## the A2A conformance kit against an agent

@@ -21,6 +21,7 @@ import psycopg
 import redis
 
 import testbed
+from testbed.process import Ready
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -121,7 +122,7 @@ class ServerProcess(testbed.Process):
         super().__init__(cmd, env=env, log=log, name=name, own_session=False, fresh_log=True)
         self.url = url
 
-    def start(self, ready=None, *, timeout: float = 60) -> ServerProcess:  # noqa: ANN001
+    def start(self, ready: Ready | None = None, *, timeout: float = 60) -> ServerProcess:
         port = urlsplit(self.url).port or 80
         if testbed.ports.listening(port, urlsplit(self.url).hostname or "127.0.0.1"):
             raise SystemExit(f"Port {port} is taken; choose another with --port.")

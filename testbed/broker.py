@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .ports import free_port
-from .process import Process, ProcessError, http_ok
+from .process import Process, ProcessError, Ready, http_ok
 
 BIN = Path(sys.executable).parent
 KINDS = ("uvicorn-asgi", "granian-wsgi")
@@ -113,7 +113,7 @@ class Server(Process):
                 port, workers=self.workers, threads=self.threads, extra=self.extra
             )
 
-    def start(self, ready=None, *, timeout: float = 60.0) -> Server:  # noqa: ANN001
+    def start(self, ready: Ready | None = None, *, timeout: float = 60.0) -> Server:
         """Start and wait for `/healthz`. A restart keeps the port (tests restart a server
         they killed and expect it where it was)."""
         may_move = not self.fixed_port and self.starts == 0
@@ -156,7 +156,7 @@ class Celery(Process):
         )
         super().__init__(argv, env=env, log=log, name=f"celery {kind} {name}")
 
-    def start(self, ready=None, *, timeout: float = 60.0) -> Celery:  # noqa: ANN001
+    def start(self, ready: Ready | None = None, *, timeout: float = 60.0) -> Celery:
         offset = self.log.stat().st_size if self.log and self.log.exists() else 0
 
         def logged_ready() -> bool:

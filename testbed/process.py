@@ -19,6 +19,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# A readiness check: true (any truthy value) once the process serves.
+Ready = Callable[[], Any]
+
 
 class ProcessError(RuntimeError):
     """A process exited early or did not get ready in time."""
@@ -119,7 +122,7 @@ class Process:
             preexec_fn=self.preexec_fn,
         )
 
-    def start(self, ready: Callable[[], Any] | None = None, *, timeout: float = 60.0) -> Process:
+    def start(self, ready: Ready | None = None, *, timeout: float = 60.0) -> Process:
         """Start the command and wait until `ready()` is true; ProcessError (with the log's
         tail) when the process exits first or `timeout` passes."""
         self.spawn()
@@ -127,7 +130,7 @@ class Process:
             self.wait_ready(ready, timeout=timeout)
         return self
 
-    def wait_ready(self, ready: Callable[[], Any], *, timeout: float = 60.0) -> None:
+    def wait_ready(self, ready: Ready, *, timeout: float = 60.0) -> None:
         def check() -> Any:
             if not self.alive:
                 raise ProcessError(

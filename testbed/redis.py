@@ -13,7 +13,7 @@ import socket
 from pathlib import Path
 
 from .ports import free_port
-from .process import Process
+from .process import Process, Ready
 
 
 def _pong(port: int) -> bool:
@@ -45,7 +45,7 @@ class RedisServer(Process):
     def url(self) -> str:
         return self.url_for(0)
 
-    def start(self, ready=None, *, timeout: float = 10.0) -> RedisServer:  # noqa: ANN001
+    def start(self, ready: Ready | None = None, *, timeout: float = 10.0) -> RedisServer:
         """Start (or start again, on the same port) and wait until it answers PING."""
         super().start(ready or (lambda: _pong(self.port)), timeout=timeout)
         return self
