@@ -136,6 +136,33 @@ class Agent:
         assert result.returncode == 0, result.stderr
         return result.json()
 
+    def send(self, to: str, text: str) -> dict:
+        """Send a message straight over the A2A 1.0 wire, for tests whose subject is another
+        surface (the MCP server): one HTTP request instead of a `hikyaku` process."""
+        import httpx
+
+        response = httpx.post(
+            f"{self.url}/a2a/",
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendMessage",
+                "params": {
+                    "message": {
+                        "messageId": uuid.uuid4().hex,
+                        "role": "ROLE_USER",
+                        "parts": [{"text": text}],
+                        "metadata": {"destination": to},
+                    }
+                },
+            },
+            headers={"Authorization": f"Bearer {self.token}", "A2A-Version": "1.0"},
+            timeout=30,
+        )
+        body = response.json()
+        assert "result" in body, body
+        return body["result"]["task"]
+
 
 @pytest.fixture
 def register(client_broker, api_key):
