@@ -30,7 +30,9 @@ def _console_log_on_the_real_stderr():
     yield
     for handler in logging.getLogger().handlers:
         if type(handler) is logging.StreamHandler and handler.stream is not sys.__stderr__:
-            handler.setStream(sys.__stderr__)
+            # Not setStream(), which flushes the old stream: a capture may have closed it.
+            with handler.lock:
+                handler.stream = sys.__stderr__
 
 
 @pytest.fixture
