@@ -146,17 +146,17 @@ class Celery(Process):
         concurrency: int = 2,
     ) -> None:
         self.kind = kind
-        self.dir = Path(tempfile.mkdtemp(prefix="hikyaku-celery-"))
-        argv = celery_argv(
-            kind,
-            name=name,
-            queue=queue,
-            concurrency=concurrency,
-            schedule=self.dir / "celerybeat-schedule",
+        self.options = {"name": name, "queue": queue, "concurrency": concurrency}
+        # Beat keeps its schedule in a folder of its own, made at start and removed at the end.
+        self.dir: Path | None = None
+        super().__init__(
+            celery_argv(kind, **self.options), env=env, log=log, name=f"celery {kind} {name}"
         )
-        super().__init__(argv, env=env, log=log, name=f"celery {kind} {name}")
 
     def start(self, ready: Ready | None = None, *, timeout: float = 60.0) -> Celery:
+        if self.kind == "beat" and self.dir is None:
+            self.dir = Path(tempfile.mkdtemp(prefix="hikyaku-celery-"))
+            self.argv = celery_argv("beat", schedule=self.dir / "celerybeat-schedule")
         offset = self.log.stat().st_size if self.log and self.log.exists() else 0
 
         def logged_ready() -> bool:
@@ -167,4 +167,13 @@ class Celery(Process):
 
     def stop(self, timeout: float = 15.0) -> None:
         super().stop(timeout)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self._forget_schedule()
+
+    def kill(self) -> None:
+        super().kill()
+        self._forget_schedule()
+
+    def _forget_schedule(self) -> None:
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
