@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: help run dev test lint format venv migrate bench bench-streams bench-cluster tck cluster cluster-stop cluster-status clean lock
+.PHONY: help run dev test test-pg lint format venv migrate bench bench-streams bench-cluster tck cluster cluster-stop cluster-status clean lock
 
 # `make help` lists the targets: every target with a `## text` comment on its line.
 help:  ## this list
@@ -43,8 +43,19 @@ dev: migrate  ## like run, with Django's debug pages (never where others can rea
 	@echo "Serving Hikyaku in DEBUG mode on http://$(HOST):$(PORT)/"
 	@DJANGO_DEBUG=true $(SERVE)
 
-test: $(STAMP)  ## the test suite (PYTEST_ARGS="tests/messaging -q" for part of it)
-	@$(BIN)/python -m pytest $(PYTEST_ARGS)
+# The suite on the embedded default (SQLite, in-memory channel layer, eager Celery: what
+# `make run` serves), whatever DATABASE_URL/REDIS_URL the shell has; `make test-pg` runs it on
+# Postgres and Redis (docs/TESTING.md).
+TEST_ENV = env -u DATABASE_URL -u REDIS_URL -u CELERY_BROKER_URL
+TEST_PG_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/hikyaku
+TEST_PG_REDIS_URL ?= redis://127.0.0.1:6379/0
+
+test: $(STAMP)  ## the test suite on SQLite (PYTEST_ARGS="tests/messaging -q" for part of it)
+	@$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-pg: $(STAMP)  ## the test suite on Postgres + Redis (DATABASE_URL, REDIS_URL; default: local)
+	@DATABASE_URL="$${DATABASE_URL:-$(TEST_PG_DATABASE_URL)}" REDIS_URL="$${REDIS_URL:-$(TEST_PG_REDIS_URL)}" \
+		$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff check and format check, and the import contracts (pyproject.toml)
 	@$(BIN)/ruff check .
@@ -79,6 +90,7 @@ bench-cluster: $(STAMP)  ## one web process against two
 # Live streams (issue 4 targets): needs Postgres on 127.0.0.1:5432 and redis-server on PATH.
 bench-streams: $(STAMP)  ## the live-stream benchmark
 	@$(BIN)/python -m bench.streams $(BENCH_ARGS)
+
 # The A2A TCK against a public agent's own endpoint (conformance/run.py); needs the TCK
 # archive in ../shared/tools/ (or TCK_ARCHIVE) and PyPI for the TCK's own environment.
 tck: $(STAMP)  ## the A2A conformance kit against an agent

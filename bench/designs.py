@@ -20,17 +20,17 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import testbed
+
 from . import a2a
 from .cpu import CpuMeter
 from .server import (
-    BIN,
     ROOT,
     ServerConfig,
     ServerProcess,
@@ -41,14 +41,6 @@ from .server import (
 )
 
 OLD_BROKER_SCRIPT = Path("tools") / "old-broker" / "old-broker.sh"
-
-
-def free_port(host: str, start: int, stop: int) -> int:
-    for port in range(start, stop):
-        with socket.socket() as sock:
-            if sock.connect_ex((host, port)) != 0:
-                return port
-    raise SystemExit(f"No free port in {start}-{stop - 1} on {host}.")
 
 
 def _stop_pid(pid: int, timeout_s: float = 15) -> None:
@@ -70,44 +62,14 @@ def _stop_pid(pid: int, timeout_s: float = 15) -> None:
         pass
 
 
-class RedisServer:
-    """A private redis-server without persistence, so that its CPU is the design's alone."""
-
-    def __init__(self, host: str, port: int, log: Path):
-        self.host, self.port, self.log = host, port, log
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://{self.host}:{self.port}/0"
-
-    def start(self) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        cmd = ["redis-server", "--bind", self.host, "--port", str(self.port)]
-        cmd += ["--save", "", "--appendonly", "no", "--daemonize", "no"]
-        with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex((self.host, self.port)) == 0:
-                    return
-            time.sleep(0.05)
-        raise SystemExit(f"redis-server did not listen on {self.port}; see {self.log}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=15)
-
-
 class Production:
     name = "hikyaku"
     label = "Hikyaku (granian WSGI, Postgres, Redis)"
     dialects = (a2a.V03, a2a.V1)
 
     def __init__(self, cfg: ServerConfig, redis_port: int):
-        self.redis = RedisServer(cfg.host, redis_port, cfg.log_dir / "redis.log")
+        # A private redis-server without persistence, so that its CPU is the design's alone.
+        self.redis = testbed.RedisServer(port=redis_port, log=cfg.log_dir / "redis.log")
         cfg.redis_url = self.redis.url
         self.cfg = cfg
         self.env = server_env(cfg)
@@ -132,12 +94,12 @@ class Production:
         return json.loads(created)["api_key"]
 
     def meter(self) -> CpuMeter:
-        assert self.web is not None and self.redis.proc is not None
+        assert self.web is not None and self.redis.alive
         return CpuMeter(
             roots={"web": self.web.pid},
             database=self.cfg.database_name,
             count_reaped_postgres=self.cfg.conn_max_age == 0,
-            redis_pids={self.redis.proc.pid},
+            redis_pids={self.redis.pid},
         )
 
     def stop(self) -> None:
@@ -188,8 +150,7 @@ class Embedded:
 
     def start(self) -> None:
         manage(self.env, "migrate", "--no-input", "-v0")
-        cmd = [str(BIN / "uvicorn"), "hikyaku.asgi:application", "--host", self.host]
-        cmd += ["--port", str(self.port), "--no-access-log", "--timeout-graceful-shutdown", "3"]
+        cmd = testbed.uvicorn_argv(self.port, host=self.host, graceful_seconds=3)
         log = self.log_dir / "embedded.log"
         self.web = ServerProcess("embedded", cmd, self.env, self.base_url, log)
         self.web.start()
@@ -287,9 +248,8 @@ class OldBroker:
         fields = dict(word.split("=", 1) for word in out.split() if "=" in word)
         self.broker_pid, self.redis_pid = int(fields["broker_pid"]), int(fields["redis_pid"])
         self.first_key = fields["key"]
-        with socket.socket() as sock:
-            if sock.connect_ex((self.host, self.port)) != 0:
-                raise RuntimeError(f"the old broker does not listen; see {self.home}/run")
+        if not testbed.ports.listening(self.port, self.host):
+            raise RuntimeError(f"the old broker does not listen; see {self.home}/run")
 
     def new_key(self) -> str:
         if self.first_key:

@@ -24,8 +24,10 @@ import sys
 import time
 from pathlib import Path
 
+import testbed
+
 from . import a2a, load, phases, report
-from .designs import Embedded, OldBroker, Production, find_old_broker, free_port
+from .designs import Embedded, OldBroker, Production, find_old_broker
 from .server import ROOT, ServerConfig, environment
 
 RESULTS = Path(__file__).with_name("results")
@@ -197,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         conn_max_age=args.conn_max_age,
         log_dir=log_dir,
     )
-    production = Production(cfg, free_port(args.host, 16500, 16525))
+    production = Production(cfg, testbed.free_port())
     designs: list = [production]
     notes: list[str] = []
     old = None
@@ -210,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                 "ratios."
             )
         else:
-            old_redis = free_port(args.host, 16525, 16550)
+            old_redis = testbed.free_port()
             old = OldBroker(script, args.host, args.old_port, old_redis, log_dir)
             designs.append(old)
     embedded = Embedded(args.host, args.embedded_port, log_dir) if args.embedded else None

@@ -11,18 +11,17 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import redis
+
+import testbed
+from testbed.process import Ready
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -116,97 +115,46 @@ def prepare_database(cfg: ServerConfig, env: dict[str, str]) -> str:
     return created["api_key"]
 
 
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex((host, port)) != 0
-
-
-def _wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"The server exited with {proc.returncode}; see {log}")
-        try:
-            with urllib.request.urlopen(url + "/healthz", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit(f"The server did not answer {url}/healthz within {timeout_s} s; see {log}")
-
-
-class ServerProcess:
-    """One server process tree we started (and are the only ones to stop)."""
+class ServerProcess(testbed.Process):
+    """One server process tree we started (and are the only ones to stop), ready once
+    `<url>/healthz` answers. It stays in our process group, so Ctrl-C stops it too."""
 
     def __init__(self, name: str, cmd: list[str], env: dict[str, str], url: str, log: Path):
-        self.name, self.cmd, self.env, self.url, self.log = name, cmd, env, url, log
-        self.proc: subprocess.Popen | None = None
+        super().__init__(cmd, env=env, log=log, name=name, own_session=False, fresh_log=True)
+        self.url = url
 
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self) -> None:
-        parts = urlsplit(self.url)
-        if not _port_free(parts.hostname or "127.0.0.1", parts.port or 80):
-            raise SystemExit(f"Port {parts.port} is taken; choose another with --port.")
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(
-                self.cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
-            )
-        _wait_ready(self.url, self.proc, self.log)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
+    def start(self, ready: Ready | None = None, *, timeout: float = 60) -> ServerProcess:
+        port = urlsplit(self.url).port or 80
+        if testbed.ports.listening(port, urlsplit(self.url).hostname or "127.0.0.1"):
+            raise SystemExit(f"Port {port} is taken; choose another with --port.")
         try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            super().start(ready or testbed.http_ok(f"{self.url}/healthz"), timeout=timeout)
+        except testbed.ProcessError as error:
+            raise SystemExit(f"The {self.name} server did not start: {error}") from None
+        return self
+
+    def stop(self, timeout: float = 15) -> None:
+        super().stop(timeout)
 
 
 def web_server(cfg: ServerConfig, env: dict[str, str]) -> ServerProcess:
     """granian serving the product's WSGI application plus the floor view (bench/wsgi.py)."""
     env = {**env, "DJANGO_SETTINGS_MODULE": "bench.settings"}
-    cmd = [
-        str(BIN / "granian"),
-        "--interface",
-        "wsgi",
-        "--host",
-        cfg.host,
-        "--port",
-        str(cfg.port),
-        "--workers",
-        str(cfg.workers),
-        "--blocking-threads",
-        str(cfg.threads),
-        "--no-ws",
-        "--log-level",
-        "warning",
-        "bench.wsgi:application",
-    ]
+    cmd = testbed.granian_argv(
+        cfg.port,
+        host=cfg.host,
+        app="bench.wsgi:application",
+        workers=cfg.workers,
+        threads=cfg.threads,
+        extra=["--log-level", "warning"],
+    )
     return ServerProcess("web", cmd, env, cfg.base_url, cfg.log_dir / "web.log")
 
 
 def stream_server(cfg: ServerConfig, env: dict[str, str]) -> ServerProcess:
-    cmd = [
-        str(BIN / "uvicorn"),
-        "hikyaku.asgi:application",
-        "--host",
-        cfg.host,
-        "--port",
-        str(cfg.stream_port),
-        "--no-access-log",
-        "--log-level",
-        "warning",
-        "--timeout-graceful-shutdown",
-        "3",
-    ]
+    cmd = testbed.uvicorn_argv(
+        cfg.stream_port, host=cfg.host, graceful_seconds=3, extra=["--log-level", "warning"]
+    )
     return ServerProcess("streams", cmd, env, cfg.stream_url, cfg.log_dir / "streams.log")
 
 

@@ -27,13 +27,14 @@ import random
 import re
 import resource
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
+
+import testbed
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).with_name("results")
@@ -49,17 +50,6 @@ def raise_fd_limit() -> int:
     target = hard if hard != resource.RLIM_INFINITY else 65536
     resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     return target
-
-
-def free_port(low: int, high: int) -> int:
-    for port in range(low, high):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {low}-{high}")
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -86,20 +76,6 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def wait_http(port: int, path: str = "/healthz", timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-                if s.recv(64).startswith(b"HTTP/1.1 200"):
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"server on port {port} did not become healthy")
-
-
 # The environment: database, Redis, servers ---------------------------------------------------
 
 
@@ -108,11 +84,10 @@ class Environment:
         self.args = args
         self.log_dir = RESULTS / "streams-logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.redis_port = free_port(16550, 16600)
-        self.redis_url = f"redis://127.0.0.1:{self.redis_port}/0"
-        self.web_port = free_port(8560, 8580)
-        self.stream_port = free_port(self.web_port + 1, 8600)
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.redis = testbed.RedisServer(log=self.log_dir / "redis.log")
+        self.redis_url = self.redis.url
+        self.web_port, self.stream_port = testbed.free_ports(2)
+        self.procs: dict[str, testbed.Process] = {}
         self.env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "hikyaku.settings",
@@ -131,39 +106,27 @@ class Environment:
         }
 
     def _spawn(
-        self, name: str, argv: list[str], env: dict[str, str] | None = None
-    ) -> subprocess.Popen:
-        log = (self.log_dir / f"{name}.log").open("wb")
-        proc = subprocess.Popen(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None, port: int = 0
+    ) -> testbed.Process:
+        """Start a server in our process group, with raised fd limits; when `port` is given,
+        wait until its /healthz answers."""
+        proc = testbed.Process(
             argv,
-            cwd=ROOT,
             env={**self.env, **(env or {})},
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            log=self.log_dir / f"{name}.log",
+            name=name,
+            own_session=False,
             preexec_fn=raise_fd_limit,
+            fresh_log=True,
         )
         self.procs[name] = proc
+        proc.start(testbed.http_ok(f"http://127.0.0.1:{port}/healthz") if port else None)
         return proc
 
     def prepare(self) -> None:
         import psycopg
 
-        self._spawn(
-            "redis",
-            [
-                "redis-server",
-                "--port",
-                str(self.redis_port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-            ],
-        )
+        self.redis.start()
         url = urlsplit(self.args.database_url)
         name = url.path.lstrip("/")
         admin = url._replace(path="/postgres").geturl()
@@ -198,10 +161,10 @@ class Environment:
             # Persistent DB connections are right under WSGI (one thread per request), as in
             # production; not in the ASGI stream process.
             env={"DATABASE_CONN_MAX_AGE": "60"},
+            port=self.web_port,
         )
-        wait_http(self.web_port)
 
-    def start_streams(self) -> subprocess.Popen:
+    def start_streams(self) -> testbed.Process:
         if self.args.stream_server == "daphne":
             argv = [
                 str(Path(sys.executable).parent / "daphne"),
@@ -233,23 +196,17 @@ class Environment:
                 "2",
                 *self.args.uvicorn_args.split(),
             ]
-        proc = self._spawn("streams", argv)
-        wait_http(self.stream_port)
-        return proc
+        return self._spawn("streams", argv, port=self.stream_port)
 
     def stop(self, name: str) -> None:
         proc = self.procs.pop(name, None)
-        if proc and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            proc.stop(15)
 
     def stop_all(self) -> None:
         for name in list(self.procs):
             self.stop(name)
+        self.redis.stop(15)
 
     def register_agents(self, count: int) -> dict:
         """A tenant with one sender and `count` subscriber agents, through the services."""

@@ -5,7 +5,8 @@
    virtual environment with the dependencies its pyproject.toml names (from PyPI; never in
    our lock).
 2. Migrate a scratch SQLite database, start the broker on 127.0.0.1 (TCK_PORT, else a free
-   port in 8700-8799), register an agent in a fresh tenant and publish it.
+   port; started and stopped by the process toolkit, testbed/), register an agent in a fresh
+   tenant and publish it.
 3. Start the responder (conformance/responder.py), which works that agent's inbox.
 4. Run `run_tck.py --sut-host <broker>/a2a/agents/<id> --transport jsonrpc`, print the
    requirement table, and exit non-zero when any MUST requirement failed (or the TCK could
@@ -18,16 +19,14 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
-import time
 import tomllib
 from pathlib import Path
 from typing import Any
 
-import httpx
+import testbed
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_DIR = Path(__file__).resolve().parent / "pytest_plugins"
@@ -89,21 +88,6 @@ def prepare_tck(archive: Path, build: Path) -> tuple[Path, Path]:
     return source, python
 
 
-def free_port() -> int:
-    if os.environ.get("TCK_PORT"):
-        return int(os.environ["TCK_PORT"])
-    for port in range(8700, 8800):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def broker_env(build: Path) -> dict[str, str]:
     """A scratch broker: its own SQLite file, in-process doorbells, no rate limits (the TCK
     is one anonymous client sending a few hundred requests), and push notifications allowed
@@ -118,35 +102,6 @@ def broker_env(build: Path) -> dict[str, str]:
     )
     env.pop("HIKYAKU_BASE_URL", None)
     return env
-
-
-def start(args: list[str], *, env: dict[str, str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        args, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
-    )
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"make tck: the broker exited early; see {log}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    sys.exit(f"make tck: the broker did not start; see {log}")
-
-
-def stop(proc: subprocess.Popen | None) -> None:
-    if proc is not None and proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def requirement_titles(python: Path, source: Path) -> dict[str, dict[str, str]]:
@@ -207,8 +162,8 @@ def main() -> None:
     build.mkdir(parents=True, exist_ok=True)
     source, tck_python = prepare_tck(archive, build)
     env = broker_env(build)
-    for leftover in build.glob("tck.sqlite3*"):
-        leftover.unlink()
+    for leftover in [*build.glob("tck.sqlite3*"), build / "broker.log", build / "responder.log"]:
+        leftover.unlink(missing_ok=True)
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--no-input", "-v0"], cwd=ROOT, env=env, check=True
     )
@@ -221,29 +176,23 @@ def main() -> None:
         text=True,
     )
     agent = json.loads(created.stdout.strip().splitlines()[-1])
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    broker = responder = None
+    port = int(os.environ["TCK_PORT"]) if os.environ.get("TCK_PORT") else None
+    broker = testbed.Server(env=env, port=port, log=build / "broker.log")
+    responder = None
     try:
-        broker_log = build / "broker.log"
-        broker = start(
-            [
-                sys.executable, "-m", "uvicorn", "hikyaku.asgi:application",
-                "--host", "127.0.0.1", "--port", str(port),
-                "--no-access-log", "--timeout-graceful-shutdown", "1",
-            ],
-            env=env,
-            log=broker_log,
-        )  # fmt: skip
-        wait_healthy(url, broker, broker_log)
-        responder = start(
+        try:
+            broker.start()
+        except testbed.ProcessError as error:
+            sys.exit(f"make tck: the broker did not start: {error}")
+        url = broker.url
+        responder = testbed.Process(
             [
                 sys.executable, "-m", "conformance.responder",
                 "--url", url, "--token", agent["token"], "--agent-id", agent["agent_id"],
             ],
             env=env,
             log=build / "responder.log",
-        )  # fmt: skip
+        ).spawn()  # fmt: skip
         sut = f"{url}/a2a/agents/{agent['agent_id']}"
         print(f"make tck: A2A TCK ({archive.name}) against {sut} over JSON-RPC")
         reports = source / "reports"
@@ -260,8 +209,9 @@ def main() -> None:
             timeout=int(os.environ.get("TCK_TIMEOUT", "1800")),
         )  # fmt: skip
     finally:
-        stop(responder)
-        stop(broker)
+        if responder is not None:
+            responder.stop()
+        broker.stop()
     report_path = reports / "compatibility.json"
     if not report_path.exists():
         sys.exit(f"make tck: the TCK produced no report (exit status {run.returncode})")

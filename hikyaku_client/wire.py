@@ -96,15 +96,6 @@ def data_part(data: Any) -> dict[str, Any]:
     return {"data": data}
 
 
-def url_part(url: str, *, filename: str = "", media_type: str = "") -> dict[str, Any]:
-    part: dict[str, Any] = {"url": url}
-    if filename:
-        part["filename"] = filename
-    if media_type:
-        part["mediaType"] = media_type
-    return part
-
-
 def file_part(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A file as a `raw` part (base64) with its name and media type."""
     file_path = Path(path)

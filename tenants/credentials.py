@@ -16,7 +16,6 @@ AGENT_TOKEN_PREFIX = "hka_"
 AGENT_TOKEN_RE = re.compile(r"^hka_[A-Za-z0-9]{40}$")
 # Caller tokens name an anonymous caller of a public agent (docs/PEERS.md). They are not
 # stored: any holder of the same token is the same caller, so clients may mint their own.
-CALLER_TOKEN_PREFIX = "hkc_"
 CALLER_TOKEN_RE = re.compile(r"^hkc_[A-Za-z0-9_-]{32,128}$")
 _TOKEN_ALPHABET = string.ascii_letters + string.digits
 
@@ -35,10 +34,6 @@ def new_api_key() -> str:
 
 def new_agent_token() -> str:
     return AGENT_TOKEN_PREFIX + "".join(secrets.choice(_TOKEN_ALPHABET) for _ in range(40))
-
-
-def new_caller_token() -> str:
-    return CALLER_TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
 def display_prefix(raw: str) -> str:

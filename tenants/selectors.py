@@ -8,10 +8,6 @@ from .credentials import API_KEY_RE, hash_secret
 from .models import ApiKey, Membership, Tenant, User
 
 
-def tenants_for_user(*, user: User) -> QuerySet[Tenant]:
-    return Tenant.objects.filter(memberships__user=user).order_by("name")
-
-
 def membership_for(*, user: User, tenant_slug: str) -> Membership | None:
     return (
         Membership.objects.select_related("tenant")

@@ -1,6 +1,8 @@
 """Small explicit fixtures. Factories live in tests/factories.py."""
 
+import logging
 import os
+import sys
 
 import pytest
 from django.test import Client
@@ -23,6 +25,20 @@ os.environ.setdefault("HIKYAKU_AUTH_FAILURES_PER_MINUTE", "0")
 def _webhooks_to_localhost(settings):
     settings.HIKYAKU_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
     settings.HIKYAKU_AUTH_FAILURES_PER_MINUTE = 0
+
+
+@pytest.fixture(autouse=True)
+def _console_log_on_the_real_stderr():
+    """Whatever runs django.setup() during a test (building a WSGI application, Celery's Django
+    fixup importing the task modules) configures logging again, which binds the console
+    handler to that test's captured stderr; put it back on the process's stderr, for later
+    tests that read the log from file descriptor 2 (which test ran last must not matter)."""
+    yield
+    for handler in logging.getLogger().handlers:
+        if type(handler) is logging.StreamHandler and handler.stream is not sys.__stderr__:
+            # Not setStream(), which flushes the old stream: a capture may have closed it.
+            with handler.lock:
+                handler.stream = sys.__stderr__
 
 
 @pytest.fixture

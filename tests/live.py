@@ -1,9 +1,10 @@
-"""Real server processes for end-to-end tests.
+"""Real server processes for end-to-end tests (started with the process toolkit, testbed/).
 
 `BrokerProcess` runs the broker the way `make run` does (uvicorn serving hikyaku.asgi) in a
 subprocess against the test database that pytest-django created, so protocol clients talk to
 it over real HTTP. Tests that use it need committed data: mark them
-`@pytest.mark.django_db(transaction=True)`.
+`@pytest.mark.django_db(transaction=True)`. `RedisServer` is a private redis-server a test may
+stop and start again. `SSEClient` reads a stream over a real socket.
 """
 
 from __future__ import annotations
@@ -13,26 +14,21 @@ import json
 import os
 import queue
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 from django.conf import settings
 
-ROOT = Path(__file__).resolve().parent.parent
+import testbed
+from testbed import ROOT, free_port
 
+__all__ = ["ROOT", "BrokerProcess", "RedisServer", "SSEClient", "free_port", "test_database_url"]
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+ARTIFACTS = ROOT / "test-artifacts"
 
 
 def test_database_url() -> str:
@@ -47,60 +43,22 @@ def test_database_url() -> str:
     return f"postgres://{user}{password}@{host}:{port}/{db['NAME']}"
 
 
-class BrokerProcess:
-    def __init__(self, *, env: dict[str, str] | None = None, port: int | None = None) -> None:
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+class BrokerProcess(testbed.Server):
+    """`make run`'s server (uvicorn, hikyaku.asgi) on the test database, with the test
+    process's environment plus `env`. Its log: test-artifacts/uvicorn-asgi-<port>.log."""
+
+    def __init__(
+        self, *, env: dict[str, str] | None = None, port: int | None = None, kind="uvicorn-asgi"
+    ) -> None:
         self.extra_env = env or {}
-        self.proc: subprocess.Popen | None = None
-        self.log_path = ROOT / "test-artifacts" / f"server-{self.port}.log"
-
-    def command(self) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "hikyaku.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--no-access-log",
-            "--timeout-graceful-shutdown",
-            "1",
-        ]
-
-    def start(self) -> BrokerProcess:
-        env = {**os.environ, "DATABASE_URL": test_database_url(), "HIKYAKU_LOG_FORMAT": "text"}
-        env.update(self.extra_env)
-        self.log_path.parent.mkdir(exist_ok=True)
-        log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            self.command(),
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
+        full_env = {**os.environ, "DATABASE_URL": test_database_url(), "HIKYAKU_LOG_FORMAT": "text"}
+        super().__init__(
+            env={**full_env, **self.extra_env}, kind=kind, port=port, log_dir=ARTIFACTS
         )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited early; see {self.log_path}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        raise RuntimeError(f"broker did not start; see {self.log_path}")
 
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+    @property
+    def log_path(self):
+        return self.log
 
 
 @pytest.fixture(scope="session")
@@ -127,60 +85,13 @@ def broker_factory(django_db_setup) -> Iterator:
         server.stop()
 
 
-class RedisServer:
-    """A private redis-server on its own port (16500–16599), which a test may stop and start
-    again on the same port without touching the machine's Redis."""
+class RedisServer(testbed.RedisServer):
+    """A private redis-server on a port of its own, which a test may stop and start again on
+    the same port without touching the machine's Redis."""
 
-    def __init__(self) -> None:
-        self.port = free_port_in(16500, 16600)
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> RedisServer:
-        self.proc = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return self
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
+    def stop(self, timeout: float = 10.0) -> None:
+        super().stop(timeout)
         self.proc = None
-
-
-def free_port_in(low: int, high: int) -> int:
-    for port in range(low, high):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {low}-{high}")
 
 
 @pytest.fixture

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import http.client
 import json
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -92,22 +90,8 @@ class Tier:
 class WsgiBrokerProcess(BrokerProcess):
     """The WSGI app under granian, as a production web process runs it."""
 
-    def command(self) -> list[str]:
-        return [
-            str(Path(sys.executable).parent / "granian"),
-            "--interface",
-            "wsgi",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--workers",
-            "1",
-            "--blocking-threads",
-            "8",
-            "--no-ws",
-            "hikyaku.wsgi:application",
-        ]
+    def __init__(self, **kwargs) -> None:
+        super().__init__(kind="granian-wsgi", **kwargs)
 
 
 @pytest.fixture(scope="session")

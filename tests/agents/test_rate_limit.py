@@ -37,11 +37,11 @@ def test_limits_are_per_credential(tight_limit, agent, peer):
     )
 
 
-def test_redis_backed_counting_is_shared(settings, agent):
-    import redis
+def test_redis_backed_counting_is_shared(settings, agent, redis_server, monkeypatch):
+    from tenants import ratelimit
 
     settings.HIKYAKU_RATE_LIMIT_PER_MINUTE = 2
-    settings.REDIS_URL = "redis://127.0.0.1:6379/12"  # a database of its own: it is flushed
-    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+    settings.REDIS_URL = redis_server.url  # a private server: nobody else's counts
+    monkeypatch.setattr(ratelimit, "_redis", None)  # a client for that server
     client = Client(HTTP_AUTHORIZATION=f"Bearer {agent.token}")
     assert [client.get("/api/v1/agents").status_code for _ in range(3)] == [200, 200, 429]

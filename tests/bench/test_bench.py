@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -58,17 +56,6 @@ def wsgi_call(application, method: str, path: str, body: bytes = b""):
 @pytest.fixture
 def allow_localhost(settings):
     settings.ALLOWED_HOSTS = ["localhost"]
-
-
-@pytest.fixture(autouse=True)
-def console_log_on_the_real_stderr():
-    """Building a WSGI application runs django.setup(), which binds the console log handler
-    to this test's captured sys.stderr; put it back on the process's stderr for later tests
-    that read the log from file descriptor 2."""
-    yield
-    for handler in logging.getLogger().handlers:
-        if type(handler) is logging.StreamHandler:
-            handler.setStream(sys.__stderr__)
 
 
 @pytest.mark.django_db

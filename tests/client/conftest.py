@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -29,19 +28,6 @@ from tests.live import ROOT, BrokerProcess, test_database_url
 BIN = Path(sys.executable).parent
 HIKYAKU = str(BIN / "hikyaku")
 HIKYAKU_MCP = str(BIN / "hikyaku-mcp")
-PORTS = range(8200, 8300)
-
-
-def port_in_range() -> int:
-    """A free port in the range these tests may use (8200–8299)."""
-    for port in PORTS:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 8200-8299")
 
 
 def base_env(**extra: str) -> dict[str, str]:
@@ -56,22 +42,23 @@ LIVE_DB = pytest.mark.django_db(transaction=True, available_apps=["django.contri
 
 @pytest.fixture(scope="module", autouse=True)
 def flush_after_module(request, django_db_blocker):
-    """Leave the database as transactional tests do: empty."""
+    """Leave the database as transactional tests do: empty, with its id sequences where they
+    were. The broker processes of the session keep running across modules, and a stream
+    process assumes event ids only grow (docs/TESTING.md, "Flushing under a running broker"):
+    `flush` resets sequences unless told not to."""
     yield
     if request.node.get_closest_marker("django_db") is None:
         return
     from django.core.management import call_command
 
     with django_db_blocker.unblock():
-        call_command("flush", interactive=False, verbosity=0)
+        call_command("flush", interactive=False, verbosity=0, reset_sequences=False)
 
 
 @pytest.fixture(scope="session")
 def client_broker(django_db_setup, django_db_blocker) -> Iterator[BrokerProcess]:
     # A production-like host allow-list, so the /mcp mount's own Host check is exercised.
-    server = BrokerProcess(
-        port=port_in_range(), env={"DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost"}
-    ).start()
+    server = BrokerProcess(env={"DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost"}).start()
     yield server
     server.stop()
 
@@ -148,6 +135,33 @@ class Agent:
         result = self.run("--json", *args)
         assert result.returncode == 0, result.stderr
         return result.json()
+
+    def send(self, to: str, text: str) -> dict:
+        """Send a message straight over the A2A 1.0 wire, for tests whose subject is another
+        surface (the MCP server): one HTTP request instead of a `hikyaku` process."""
+        import httpx
+
+        response = httpx.post(
+            f"{self.url}/a2a/",
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendMessage",
+                "params": {
+                    "message": {
+                        "messageId": uuid.uuid4().hex,
+                        "role": "ROLE_USER",
+                        "parts": [{"text": text}],
+                        "metadata": {"destination": to},
+                    }
+                },
+            },
+            headers={"Authorization": f"Bearer {self.token}", "A2A-Version": "1.0"},
+            timeout=30,
+        )
+        body = response.json()
+        assert "result" in body, body
+        return body["result"]["task"]
 
 
 @pytest.fixture

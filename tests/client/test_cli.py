@@ -6,7 +6,8 @@ import base64
 import re
 import subprocess
 
-from tests.client.conftest import BIN, LIVE_DB, base_env, hikyaku, port_in_range
+from testbed import free_port
+from tests.client.conftest import BIN, LIVE_DB, base_env, hikyaku
 
 pytestmark = LIVE_DB
 
@@ -525,7 +526,7 @@ def test_usage_errors_exit_2_with_one_line(register):
 
 
 def test_connection_refused_names_the_url():
-    port = port_in_range()  # nothing listens there
+    port = free_port()  # nothing listens there
     url = f"http://127.0.0.1:{port}"
     env = base_env(HIKYAKU_URL=url, HIKYAKU_AGENT_TOKEN="hka_" + "x" * 40, HIKYAKU_AGENT_ID="a")
     for args, path in ((["agents"], "/api/v1/agents"), (["poll"], "/a2a/")):

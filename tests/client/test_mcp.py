@@ -99,7 +99,7 @@ async def exercise_every_tool(client: Client, me: Agent, peer: Agent) -> None:
 
     # Tasks I receive, one per verb.
     def incoming(text: str) -> str:
-        return peer.run_json("send", "--to", me.agent_id, "--text", text)["task"]["id"]
+        return peer.send(me.agent_id, text)["id"]
 
     t2 = incoming("Review PR #42")
     unread = await call(client, "poll", status="unread", wait=10)
@@ -168,10 +168,7 @@ def test_poll_filters_never_lose_items(register):
 
     async def body(client: Client) -> None:
         await call(client, "poll")  # the buffer is live (and empty)
-        ids = [
-            peer.run_json("send", "--to", me.agent_id, "--text", f"m{i}")["task"]["id"]
-            for i in range(3)
-        ]
+        ids = [peer.send(me.agent_id, f"m{i}")["id"] for i in range(3)]
         first = await call(client, "poll", page_size=1, wait=5)
         assert len(first.structured_content["items"]) == 1
         none = await call(client, "poll", status="completed")
@@ -194,7 +191,7 @@ def test_poll_filters_never_lose_items(register):
 
 def test_stdio_poll_backfills_what_arrived_before_it_started(register):
     me, peer = register("mcp-me"), register("peer")
-    waiting = peer.run_json("send", "--to", me.agent_id, "--text", "while you were out")["task"]
+    waiting = peer.send(me.agent_id, "while you were out")
 
     async def body(client: Client) -> None:
         polled = await call(client, "poll")
@@ -297,7 +294,7 @@ def test_stdio_poll_never_echoes_the_agents_own_actions(register):
     me, peer = register("mcp-me"), register("peer")
 
     def incoming(text: str) -> str:
-        return peer.run_json("send", "--to", me.agent_id, "--text", text)["task"]["id"]
+        return peer.send(me.agent_id, text)["id"]
 
     async def news_until(client: Client, task_id: str) -> list[dict]:
         items: list[dict] = []

@@ -13,7 +13,8 @@ import time
 import pytest
 from mcp import Client
 
-from tests.client.conftest import HIKYAKU, LIVE_DB, Agent, port_in_range, stream_available
+from testbed import free_port
+from tests.client.conftest import HIKYAKU, LIVE_DB, Agent, stream_available
 from tests.client.proxy import CuttableProxy
 from tests.client.test_mcp import call, over_stdio
 from tests.live import test_database_url
@@ -31,7 +32,7 @@ def _needs_the_stream(client_broker):
 
 @pytest.fixture
 def proxy(client_broker):
-    proxy = CuttableProxy(target_port=client_broker.port, port=port_in_range()).start()
+    proxy = CuttableProxy(target_port=client_broker.port, port=free_port()).start()
     yield proxy
     proxy.cut()
 
@@ -235,7 +236,7 @@ def test_watch_against_a_web_process_stops_with_one_error_saying_where_streams_a
     """A web (WSGI) process serves no streams: `watch` pointed at one gets its 421 and stops
     with the broker's explanation instead of retrying for ever."""
     bob = register("bob")
-    port = port_in_range()
+    port = free_port()
     web = granian_wsgi(port)
     env = ops_env(DATABASE_URL=test_database_url())
     with running(

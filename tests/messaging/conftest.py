@@ -4,13 +4,13 @@ Modules with a `bob` of their own (a plain agent, no process) override it."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
 
 from agents import services as agent_services
+from testbed import Process
 from tests import factories
 from tests.live import ROOT, BrokerProcess
 
@@ -34,23 +34,10 @@ def bob(tenant, peer_broker) -> Iterator[factories.TestAgent]:
     responder: our client package following the agent's inbox stream)."""
     bob = factories.agent(tenant, name="bob", description="Answers A2A callers.")
     agent_services.set_agent_public(agent=bob.model, public=True)
-    log = (ROOT / "test-artifacts" / f"responder-{bob.id}.log").open("wb")
-    responder = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "conformance.responder",
-            "--url",
-            peer_broker.url,
-            "--token",
-            bob.token,
-            "--agent-id",
-            bob.id,
-        ],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    responder = Process(
+        [sys.executable, "-m", "conformance.responder", "--url", peer_broker.url,
+         "--token", bob.token, "--agent-id", bob.id],
+        log=ROOT / "test-artifacts" / f"responder-{bob.id}.log",
+    ).spawn()  # fmt: skip
     yield bob
-    responder.terminate()
-    responder.wait(timeout=10)
+    responder.stop()

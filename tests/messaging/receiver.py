@@ -4,8 +4,6 @@ every request and answers from a script (status codes in order, or hanging)."""
 from __future__ import annotations
 
 import json
-import random
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -101,28 +99,9 @@ class Receiver:
             self.server.server_close()
 
 
-# This project's tests use ports 8600–8699 for receivers and servers they start.
-PORTS = range(8600, 8700)
-
-
 def _bind(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
-    for port in random.sample(PORTS, len(PORTS)):
-        try:
-            return ThreadingHTTPServer(("127.0.0.1", port), handler)
-        except OSError:
-            continue
-    raise RuntimeError("no free port in 8600-8699")
-
-
-def free_port() -> int:
-    for port in random.sample(PORTS, len(PORTS)):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 8600-8699")
+    """On a port the kernel chooses (testbed/ports.py says why)."""
+    return ThreadingHTTPServer(("127.0.0.1", 0), handler)
 
 
 @pytest.fixture

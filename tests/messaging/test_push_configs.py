@@ -343,13 +343,12 @@ def test_a2a_sdk_client_configured_for_push_gets_notified(settings, tenant, rece
     from agents.services import webhook_secret
     from messaging.push import payloads
     from tests.live import BrokerProcess
-    from tests.messaging.receiver import free_port
     from tests.messaging.rpc import act
     from tests.messaging.test_a2a_sdk_client import outgoing
     from tests.messaging.test_a2a_sdk_client import send as sdk_send
 
     alice, bob = factories.agent(tenant, name="alice"), factories.agent(tenant, name="bob")
-    server = BrokerProcess(env={"CELERY_BROKER_URL": ""}, port=free_port()).start()
+    server = BrokerProcess(env={"CELERY_BROKER_URL": ""}).start()
     try:
 
         async def scenario():

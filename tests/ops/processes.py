@@ -1,47 +1,21 @@
-"""Helpers for tests that run real server processes on loopback ports."""
+"""Helpers for the operations tests that run real server processes on loopback ports (the
+processes themselves come from the process toolkit, testbed/)."""
 
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
+from testbed import ROOT, Process, ProcessError, free_port, free_ports, http_ok
+from testbed.broker import BIN, granian_argv
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-# The brief's port ranges for this suite: servers 8300-8399, private databases 16300-16399.
-SERVER_PORTS = range(8300, 8400)
-DATABASE_PORTS = range(16300, 16400)
+__all__ = ["BIN", "REPO", "base_env", "free_port", "free_ports", "granian_wsgi", "manage"]
 
-
-def free_port(candidates: Sequence[int] = SERVER_PORTS) -> int:
-    """A loopback port in `candidates` that nothing listens on right now."""
-    start = os.getpid() % len(candidates)
-    for offset in range(len(candidates)):
-        port = candidates[(start + offset) % len(candidates)]
-        with socket.socket() as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {candidates}")
-
-
-def free_ports(count: int, candidates: Sequence[int] = SERVER_PORTS) -> list[int]:
-    """`count` distinct free ports (free_port alone returns the same one until it is bound)."""
-    ports: list[int] = []
-    for _ in range(count):
-        ports.append(free_port([port for port in candidates if port not in ports]))
-    return ports
+REPO = ROOT
 
 
 def base_env(**overrides: str) -> dict[str, str]:
@@ -69,71 +43,22 @@ def manage(*args: str, env: dict[str, str], check: bool = True) -> subprocess.Co
     return result
 
 
-def wait_for_http(url: str, *, timeout: float = 30.0, process=None, accept=(200,)) -> None:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise AssertionError(f"server exited with {process.returncode} before {url} answered")
-        try:
-            response = httpx.get(url, timeout=2)
-            if response.status_code in accept:
-                return
-            last = response.status_code
-        except httpx.HTTPError as exc:
-            last = exc
-        time.sleep(0.1)
-    raise AssertionError(f"{url} did not answer in {timeout}s (last: {last!r})")
-
-
 @contextmanager
 def running(
     command: Sequence[str], *, env: dict[str, str], log: Path, ready_url: str | None = None
-) -> Iterator[subprocess.Popen]:
-    """Run `command` in its own session; stop it (and its children) afterwards."""
-    with open(log, "ab") as output:
-        process = subprocess.Popen(
-            list(command),
-            cwd=REPO,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+) -> Iterator[Process]:
+    """Run `command` in its own session until `ready_url` answers (200 or 503: the process
+    serves, whatever its readiness says); stop it (and its children) afterwards."""
+    process = Process(command, env=env, log=log)
     try:
-        if ready_url:
-            try:
-                wait_for_http(ready_url, process=process, accept=(200, 503))
-            except AssertionError as exc:
-                raise AssertionError(f"{exc}\n--- log ---\n{log.read_text()[-4000:]}") from None
+        process.start(http_ok(ready_url, (200, 503)) if ready_url else None, timeout=30)
+    except ProcessError as error:
+        raise AssertionError(str(error)) from None
+    try:
         yield process
     finally:
-        stop(process)
-
-
-def stop(process: subprocess.Popen, timeout: float = 10.0) -> None:
-    if process.poll() is not None:
-        return
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout)
+        process.stop()
 
 
 def granian_wsgi(port: int) -> list[str]:
-    return [
-        str(BIN / "granian"),
-        "--interface",
-        "wsgi",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--no-ws",
-        "hikyaku.wsgi:application",
-    ]
+    return granian_argv(port)

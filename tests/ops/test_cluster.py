@@ -13,6 +13,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
+from tests.backends import postgres_suite_only
 from tests.ops.processes import BIN, REPO, base_env, free_ports
 
 
@@ -82,6 +83,10 @@ def test_without_nginx_the_cluster_says_so_and_starts_nothing(cluster_env, tmp_p
     assert not (tmp_path / "run" / "cluster.json").exists()
 
 
+@postgres_suite_only(
+    "`make cluster` is the production topology on this machine's Postgres and Redis, whatever "
+    "the suite's database"
+)
 def test_the_cluster_starts_serves_shares_state_and_stops(cluster_env, tmp_path):
     started = cluster("start", cluster_env)
     assert started.returncode == 0, started.stdout + started.stderr

@@ -25,6 +25,7 @@ import httpx
 import pytest
 import yaml
 
+from testbed import Process, http_status
 from tests.ops.processes import BIN, REPO, base_env, free_port, running
 
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
@@ -324,24 +325,16 @@ def proxy(tmp_path_factory):
         text=True,
     )
     assert check.returncode == 0, check.stderr
-    process = subprocess.Popen(
+    process = Process(
         [nginx, "-p", str(tmp_path), "-c", str(conf_path), "-g", globals_],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        log=tmp_path / "nginx.out",
+        name="nginx",
     )
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, (tmp_path / "error.log").read_text()
-                time.sleep(0.05)
+        process.start(lambda: http_status(f"http://127.0.0.1:{port}/healthz"), timeout=10)
         yield f"http://127.0.0.1:{port}"
     finally:
-        process.terminate()
-        process.wait(10)
+        process.stop()
         web.shutdown()
         stream.shutdown()
 

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from tests.backends import postgres_suite_only
 from tests.ops.processes import REPO, base_env, manage
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -81,6 +82,7 @@ def databases():
     recreate(target, create=False)
 
 
+@postgres_suite_only("the README's pg_dump/pg_restore procedure, on databases of its own")
 def test_pg_dump_and_pg_restore_round_trip_every_row_and_credential(databases, tmp_path):
     source, target = databases
     env = base_env(DATABASE_URL=source)

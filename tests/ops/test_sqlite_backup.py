@@ -18,10 +18,16 @@ import pytest
 from django.apps import apps
 from django.core.management import CommandError, call_command
 
+from tests.backends import sqlite_suite_only
 from tests.ops.processes import REPO, base_env, free_port, granian_wsgi, manage, running
 
 # The in-process tests point settings.DATABASES at a file; the commands only read it.
-pytestmark = pytest.mark.filterwarnings("ignore:Overriding setting DATABASES:UserWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Overriding setting DATABASES:UserWarning"),
+    sqlite_suite_only(
+        "backs up and restores SQLite files of its own, whatever the suite's database"
+    ),
+]
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The README's reliability table, from what the fault scenarios recorded.
 
-    .venv/bin/python -m pytest tests/reliability -m slow      # writes the figures
+    make test-pg PYTEST_ARGS="tests/reliability -m slow"       # writes the figures
     .venv/bin/python -m tests.reliability.table                # prints the Markdown table
 
 Each scenario's `record(...)` call (harness.py) writes test-artifacts/reliability/<name>.json;
@@ -57,5 +57,7 @@ def table(directory: Path = ARTIFACTS) -> str:
 
 if __name__ == "__main__":
     if not any(ARTIFACTS.glob("*.json")):
-        sys.exit(f"No figures in {ARTIFACTS}: run `pytest tests/reliability -m slow` first.")
+        sys.exit(
+            f"No figures in {ARTIFACTS}: run `make test-pg PYTEST_ARGS=tests/reliability` first."
+        )
     print(table())

@@ -26,12 +26,12 @@ from collections import Counter
 import httpx
 import pytest
 
+from tests.backends import postgres_suite_only
 from tests.live import ROOT
 from tests.reliability.harness import (
     PrivatePostgres,
     SendLoad,
     Server,
-    port_in_range,
     record,
     wait_until,
 )
@@ -39,6 +39,9 @@ from tests.security.checks import assert_no_traceback
 
 pytestmark = [
     pytest.mark.slow,
+    postgres_suite_only(
+        "the scenario runs its own Postgres cluster, whatever the suite's database"
+    ),
     pytest.mark.skipif(not PrivatePostgres.available(), reason="needs Postgres 15 binaries"),
 ]
 
@@ -140,7 +143,7 @@ class Reader(threading.Thread):
 @pytest.mark.parametrize("kind", Server.KINDS)
 def test_postgres_restart_mid_load_fails_cleanly_and_recovers(postgres, kind):
     key = create_key(postgres)
-    server = Server(kind=kind, database_url=postgres.url, port=port_in_range(8800, 8899))
+    server = Server(kind=kind, database_url=postgres.url)
     server.start()
     pid = server.pid
     try:

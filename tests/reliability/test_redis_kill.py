@@ -30,6 +30,7 @@ from django.db import connection
 from messaging.models import Task, TaskEvent, WebhookDelivery
 from messaging.push import delivery
 from tests import factories, live
+from tests.backends import postgres_suite_only
 from tests.messaging.receiver import Receiver
 from tests.messaging.test_streams import send, subscribe
 from tests.reliability.harness import (
@@ -37,20 +38,20 @@ from tests.reliability.harness import (
     PrivateRedis,
     SendLoad,
     Server,
-    port_in_range,
     record,
 )
 
 pytestmark = [
     pytest.mark.slow,
+    postgres_suite_only(
+        "Redis and Celery faults of the production topology (Postgres, Redis, granian, Celery "
+        "workers); the embedded default has no Redis"
+    ),
     pytest.mark.skipif(not PrivateRedis.available(), reason="needs redis-server"),
 ]
 
 TOTAL = 2000
 CLIENTS = 8
-# Ports for the servers these scenarios start (redis-server, broker processes, receivers).
-REDIS_PORTS = (16400, 16499)
-PORTS = (18400, 18499)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -62,7 +63,6 @@ def test_sends_succeed_while_redis_is_dead(tenant, kind):
     server = Server(
         kind=kind,
         database_url=live.test_database_url(),
-        port=port_in_range(8800, 8899),
         env={
             "REDIS_URL": redis.url,
             "HIKYAKU_RATE_LIMIT_PER_MINUTE": "100000",
@@ -132,12 +132,8 @@ def stream_cluster(tenant, redis: PrivateRedis) -> tuple[Server, Server]:
         "HIKYAKU_STREAM_SCAN_SECONDS": str(SCAN_SECONDS),
     }
     database_url = live.test_database_url()
-    stream = Server(
-        kind="uvicorn-asgi", database_url=database_url, port=port_in_range(*PORTS), env=env
-    ).start()
-    web = Server(
-        kind="granian-wsgi", database_url=database_url, port=port_in_range(*PORTS), env=env
-    ).start()
+    stream = Server(kind="uvicorn-asgi", database_url=database_url, env=env).start()
+    web = Server(kind="granian-wsgi", database_url=database_url, env=env).start()
     return stream, web
 
 
@@ -223,7 +219,7 @@ class StreamedLoad:
 def streamed_load(tenant) -> Iterator[StreamedLoad]:
     """Start everything, with the load running; stop it all on the way out (the streams open
     at that moment included: a test that reopens them stores the new ones in `streams`)."""
-    redis = PrivateRedis(ports=REDIS_PORTS).start()
+    redis = PrivateRedis().start()
     senders = [factories.agent(tenant, name=f"sender-{i}") for i in range(CLIENTS)]
     recipients = [factories.agent(tenant, name=f"recipient-{i}") for i in range(RECIPIENTS)]
     stream_server, web = stream_cluster(tenant, redis)
@@ -377,7 +373,7 @@ def wait_for_deliveries(count: int, *, timeout: float) -> list[WebhookDelivery]:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_celery_worker_killed_mid_webhook_delivery_is_retried(tenant):
-    redis = PrivateRedis(ports=REDIS_PORTS).start()
+    redis = PrivateRedis().start()
     receiver = Receiver(hang_seconds=60).start()  # stalls: the first POSTs never get an answer
     alice = factories.agent(tenant, name="alice")
     bob = factories.agent(tenant, name="bob", webhook_url=receiver.url)
@@ -392,9 +388,7 @@ def test_a_celery_worker_killed_mid_webhook_delivery_is_retried(tenant):
         "HIKYAKU_WEBHOOK_SWEEP_SECONDS": "1",
         "HIKYAKU_WEBHOOK_SWEEP_GRACE_SECONDS": "1",
     }
-    web = Server(
-        kind="granian-wsgi", database_url=env["DATABASE_URL"], port=port_in_range(*PORTS), env=env
-    ).start()
+    web = Server(kind="granian-wsgi", database_url=env["DATABASE_URL"], env=env).start()
     first = Celery(kind="worker", name="first", env=env).start()
     second = Celery(kind="worker", name="second", env=env)
     beat = Celery(kind="beat", name="beat", env=env)

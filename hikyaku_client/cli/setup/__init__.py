@@ -22,7 +22,6 @@ from typing import Any
 from ...config import Credentials
 from ...errors import AuthenticationFailed, BrokerError, ConfigurationError, HikyakuError
 from ...http import HikyakuClient
-from ...mcp_profiles import select_tools
 from ..output import Output, UsageError
 from .clients import CLIENTS, IDENTITY, Options, Seat, Target, generic_entry
 from .edits import Edit, SetupState, diff, read_file, remove_file, write_file
@@ -88,6 +87,10 @@ def default_command() -> str:
 
 
 async def cmd_setup(args: argparse.Namespace, client: HikyakuClient, out: Output) -> None:
+    # Imported here: mcp_profiles imports the MCP SDK, about a second of every `hikyaku`
+    # command's start on these machines, and only `setup` needs it.
+    from ...mcp_profiles import select_tools
+
     try:
         tools = (
             ",".join(select_tools(args.tools)) if args.tools not in ("core", "all") else args.tools
