@@ -11,8 +11,6 @@ refusal that now applies.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import uuid
 from typing import Any
 
@@ -21,11 +19,11 @@ from django.db import IntegrityError
 from django.utils import timezone
 
 from agents import selectors as agent_selectors
-from agents.models import SENSITIVITY_RANK, Sensitivity
+from agents.models import Sensitivity
 from hikyaku import metrics
 from hikyaku.errors import DestinationNotFound, InvalidRequest, ServiceUnavailable, TaskNotFound
 
-from . import events, lifecycle, policy, store
+from . import events, lifecycle, messages, policy, store
 from .lifecycle import EventKind, Transition
 from .models import Task, TaskEvent
 from .parties import Sender, party_roles
@@ -40,7 +38,7 @@ def send_message(*, sender: Sender, message: dict[str, Any], to: str | None = No
 
     `message` is an A2A 1.0 ProtoJSON Message already parsed by the wire layer. Returns the
     delivery task, the broadcast summary, or the task acted on."""
-    check_limits(message)
+    messages.check_limits(message)
     metadata = message.get("metadata") or {}
     if to is None:
         to = metadata.get("destination")
@@ -69,53 +67,6 @@ def send_message(*, sender: Sender, message: dict[str, Any], to: str | None = No
     if to == "*":
         return deliver_broadcast(sender=sender, message=message)
     return deliver_unicast(sender=sender, message=message, to=to)
-
-
-def check_limits(message: dict[str, Any]) -> None:
-    parts = message.get("parts") or []
-    if not parts:
-        raise InvalidRequest(
-            "message.parts must hold at least one part.", details={"field": "message.parts"}
-        )
-    if len(parts) > settings.HIKYAKU_MAX_PARTS:
-        raise InvalidRequest(
-            f"A message may have at most {settings.HIKYAKU_MAX_PARTS} parts.",
-            details={"field": "message.parts"},
-        )
-    if len(_canonical(message.get("metadata") or {})) > settings.HIKYAKU_MAX_METADATA_BYTES:
-        raise InvalidRequest(
-            f"message.metadata exceeds {settings.HIKYAKU_MAX_METADATA_BYTES} bytes.",
-            details={"field": "message.metadata"},
-        )
-    if len(_canonical(message)) > settings.HIKYAKU_MAX_MESSAGE_BYTES:
-        raise InvalidRequest(
-            f"The message exceeds {settings.HIKYAKU_MAX_MESSAGE_BYTES} bytes.",
-            details={"field": "message"},
-        )
-
-
-def _canonical(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def content_hash(message: dict[str, Any], to: str) -> str:
-    """What a retry with the same messageId must repeat exactly."""
-    significant = {k: v for k, v in message.items() if k not in ("messageId", "contextId")}
-    return hashlib.sha256(_canonical({"to": to, "message": significant})).hexdigest()
-
-
-def _sensitivity(message: dict[str, Any]) -> str:
-    value = (message.get("metadata") or {}).get("sensitivity", Sensitivity.INTERNAL)
-    if value not in SENSITIVITY_RANK:
-        raise InvalidRequest(
-            "message.metadata.sensitivity must be one of public-safe, internal, restricted.",
-            details={"field": "message.metadata.sensitivity"},
-        )
-    return value
-
-
-def _search_text(parts: list[dict[str, Any]]) -> str:
-    return "\n".join(p["text"] for p in parts if "text" in p)[:10_000]
 
 
 def _existing(sender: Sender, message_id: str | None) -> Task | None:
@@ -160,21 +111,6 @@ def _thread(sender: Sender, message: dict[str, Any]) -> tuple[Task | None, uuid.
     return parent, parent.thread_root_id or parent.id, depth
 
 
-def _task_metadata(
-    sender: Sender, recipient_id: uuid.UUID | None, kind: str, **extra: Any
-) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"type": kind}
-    if sender.agent is not None:
-        metadata["fromAgentId"] = str(sender.agent.id)
-        metadata["fromAgentName"] = sender.agent.name
-    else:
-        metadata["fromCallerId"] = sender.caller_id
-    if recipient_id is not None:
-        metadata["toAgentId"] = str(recipient_id)
-    metadata.update({k: v for k, v in extra.items() if v is not None})
-    return metadata
-
-
 def deliver_unicast(
     *, sender: Sender, message: dict[str, Any], to: str, idempotent: bool = True
 ) -> Task:
@@ -182,8 +118,8 @@ def deliver_unicast(
     sender's idempotency key; the per-agent A2A endpoints pass False because A2A does not
     make messageId one (the A2A TCK reuses ids for distinct sends), so every send is new."""
     message_id = message.get("messageId")
-    digest = content_hash(message, to)
-    sensitivity = _sensitivity(message)
+    digest = messages.content_hash(message, to)
+    sensitivity = messages.sensitivity_of(message)
     recipient_id = _agent_pk(to)
     try:
         if recipient_id is None:
@@ -199,7 +135,7 @@ def deliver_unicast(
             context_id=str(recipient_id),
             type=Task.Type.UNICAST,
             artifacts=[lifecycle.artifact("message", parts)],
-            metadata=_task_metadata(
+            metadata=messages.task_metadata(
                 sender,
                 recipient_id,
                 Task.Type.UNICAST,
@@ -244,7 +180,7 @@ def _new_task(sender: Sender, message: dict[str, Any], now, **fields: Any) -> Ta
         "awaiting": lifecycle.CREATED_PHASE.awaiting,
         "message": message,
         "history": [message],
-        "search_text": _search_text(message["parts"]),
+        "search_text": messages.search_text(message["parts"]),
         "created_at": now,
         "updated_at": now,
         "status_at": now,
@@ -269,8 +205,8 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
     """One task per other active agent of the tenant that policy lets us reach, and a summary
     task (COMPLETED) for the sender, in one transaction."""
     message_id = message.get("messageId")
-    digest = content_hash(message, "*")
-    sensitivity = _sensitivity(message)
+    digest = messages.content_hash(message, "*")
+    sensitivity = messages.sensitivity_of(message)
     broadcast_id = uuid.uuid4()
     now = timezone.now()
     delivery = _new_task(
@@ -279,7 +215,9 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
         now,
         type=Task.Type.BROADCAST,
         broadcast_id=broadcast_id,
-        metadata=_task_metadata(sender, None, Task.Type.BROADCAST, broadcastId=str(broadcast_id)),
+        metadata=messages.task_metadata(
+            sender, None, Task.Type.BROADCAST, broadcastId=str(broadcast_id)
+        ),
         sensitivity=sensitivity,
     )
     summary = _new_task(
@@ -293,7 +231,7 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
         awaiting=lifecycle.SUMMARY_PHASE.awaiting,
         broadcast_id=broadcast_id,
         artifacts=[lifecycle.artifact("deliveries", [])],
-        metadata=_task_metadata(
+        metadata=messages.task_metadata(
             sender, None, Task.Type.BROADCAST_SUMMARY, broadcastId=str(broadcast_id)
         ),
         sensitivity=sensitivity,

@@ -57,7 +57,7 @@ from hikyaku.errors import (
     UnsupportedOperation,
 )
 
-from .. import lifecycle, selectors, services
+from .. import lifecycle, messages, selectors, services
 from ..models import Task
 from ..parties import Sender, party_roles
 from . import push
@@ -166,7 +166,7 @@ def deliver(call: PeerCall) -> Delivered:
     first (an error after the send committed would report a delivered message as failed),
     then the task is created or followed up, and a push config sent along is attached."""
     message = parse_message(call.params.get("message"), call.dialect, ignore_unknown_fields=True)
-    services.check_limits(message)
+    messages.check_limits(message)
     _check_media_types(call.agent, message)
     config = _configuration(call.params)
     history_length = int_param(config, "historyLength", low=0, high=10_000, default=None)
