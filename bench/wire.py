@@ -102,17 +102,17 @@ def main() -> None:
     cases = [
         (
             "parse_message, 1.0 send",
-            lambda: wire._parse_message_sdk(send_v1, V1, ignore_unknown_fields=False),
+            lambda: wire.parse_message_sdk(send_v1, V1, ignore_unknown_fields=False),
             lambda: wire.parse_message(send_v1, V1),
         ),
         (
             "parse_message, 0.3 send",
-            lambda: wire._parse_message_sdk(send_v03, V03, ignore_unknown_fields=False),
+            lambda: wire.parse_message_sdk(send_v03, V03, ignore_unknown_fields=False),
             lambda: wire.parse_message(send_v03, V03),
         ),
         (
             "parse_message, 0.3 ack",
-            lambda: wire._parse_message_sdk(ack_v03, V03, ignore_unknown_fields=False),
+            lambda: wire.parse_message_sdk(ack_v03, V03, ignore_unknown_fields=False),
             lambda: wire.parse_message(ack_v03, V03),
         ),
         ("task_v03, acked task", lambda: wire._task_v03_sdk(body), lambda: wire.task_v03(body)),

@@ -115,7 +115,7 @@ def parse_message(
     forward-compatibility rule and drop them)."""
     if not isinstance(raw, dict):
         raise InvalidRequest("params.message must be an object.", details={"field": "message"})
-    _check_file_bytes(raw, dialect)
+    check_file_bytes(raw, dialect)
     try:
         if dialect is Dialect.V1_0:
             message = protojson.message_v1(raw, ignore_unknown_fields=ignore_unknown_fields)
@@ -126,10 +126,10 @@ def parse_message(
     else:
         if 0 < len(message.get("messageId", "")) <= MAX_MESSAGE_ID_LENGTH:
             return message
-    return _parse_message_sdk(raw, dialect, ignore_unknown_fields=ignore_unknown_fields)
+    return parse_message_sdk(raw, dialect, ignore_unknown_fields=ignore_unknown_fields)
 
 
-def _parse_message_sdk(
+def parse_message_sdk(
     raw: dict[str, Any], dialect: Dialect, *, ignore_unknown_fields: bool
 ) -> dict[str, Any]:
     """`parse_message` through a2a-sdk's types: every shape, and every error's wording."""
@@ -178,7 +178,7 @@ def _parse_message_sdk(
     return message
 
 
-def _check_file_bytes(raw: dict[str, Any], dialect: Dialect) -> None:
+def check_file_bytes(raw: dict[str, Any], dialect: Dialect) -> None:
     """Refuse file contents that are not base64. Both dialects' parsers decode leniently —
     dropping what is not base64, so `"%%%"` became an empty file — and a file that is not
     what was sent must be an error, never a silent loss. 1.0 (protobuf's JSON mapping) takes

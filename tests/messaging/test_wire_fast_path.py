@@ -39,9 +39,12 @@ V1, V03 = Dialect.V1_0, Dialect.V0_3
 
 
 def sdk_parse(raw: Any, dialect: Dialect, ignore_unknown_fields: bool = False) -> Any:
-    """Today's parse_message (a2a-sdk's types), as a result or as the error it raises."""
+    """parse_message through a2a-sdk's types only (after the checks every path makes first),
+    as a result or as the error it raises."""
     try:
-        return wire._parse_message_sdk(raw, dialect, ignore_unknown_fields=ignore_unknown_fields)
+        if isinstance(raw, dict):
+            wire.check_file_bytes(raw, dialect)
+        return wire.parse_message_sdk(raw, dialect, ignore_unknown_fields=ignore_unknown_fields)
     except Exception as exc:  # noqa: BLE001 - the error is the result to compare
         return outcome_of_error(exc)
 
