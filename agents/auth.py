@@ -38,7 +38,14 @@ from .limits import check_anonymous_rate, check_credential_rate, throttled
 from .limits import pseudonym as _pseudonym
 from .models import Agent
 
-AGENT_FIELDS = tuple(f.name for f in Agent._meta.concrete_fields)
+# What a request needs of the agent it authenticates: identity, credential, policy, webhook.
+# The rest (description, skills, …) stays deferred, loaded by the few views that show it:
+# decoding it on every call of the hot path would be wasted work.
+IDENTITY_FIELDS = tuple(
+    f.name
+    for f in Agent._meta.concrete_fields
+    if f.name not in ("description", "skills", "webhook_secret", "registered_with")
+)
 KEY_FIELDS = tuple(f.name for f in ApiKey._meta.concrete_fields)
 # One answer for every key that does not authenticate, whatever is wrong with it (malformed,
 # unknown, revoked, expired): the answer must not tell an attacker which keys exist.
@@ -111,8 +118,8 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
         token_hash = hash_secret(raw)
         agent = _first_with_tenant(
             Agent,
-            AGENT_FIELDS,
-            f"SELECT {rows.select_list(Agent, AGENT_FIELDS)}, t.name, t.slug,"
+            IDENTITY_FIELDS,
+            f"SELECT {rows.select_list(Agent, IDENTITY_FIELDS)}, t.name, t.slug,"
             " t.require_agent_tokens FROM agents_agent JOIN tenants_tenant t"
             " ON t.id = agents_agent.tenant_id WHERE agents_agent.token_hash = %s"
             f" AND agents_agent.status = %s AND {TOKEN_KEY_ACTIVE.format(agent='agents_agent')}",
@@ -140,8 +147,8 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
         raise Unauthenticated("Missing X-Agent-Id header (or use an agent token).")
     agent = rows.first(
         Agent,
-        AGENT_FIELDS,
-        f"SELECT {rows.select_list(Agent, AGENT_FIELDS)} FROM agents_agent"
+        IDENTITY_FIELDS,
+        f"SELECT {rows.select_list(Agent, IDENTITY_FIELDS)} FROM agents_agent"
         " WHERE id = %s AND tenant_id = %s AND status = %s",
         [
             rows.prep(Agent, "id", claimed_id),
