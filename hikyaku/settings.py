@@ -140,8 +140,9 @@ TEMPLATES = [
 # WSGI web processes may opt in with DATABASE_CONN_MAX_AGE.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
 # A health check costs a `SELECT 1` round trip on every request. Without it, a persistent
-# connection broken by a database restart fails one request (503; clients retry with the same
-# messageId) and is then replaced. Turn it on where that single failure matters more.
+# WSGI connection broken by a database restart fails one request (503; clients retry with the
+# same messageId) and is then replaced. The ASGI processes' pooled threads notice an idle
+# connection the server hung up on without a round trip (messaging/stream/db.py). Turn it on where that single failure matters more.
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("DATABASE_CONN_HEALTH_CHECKS", default=False)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {

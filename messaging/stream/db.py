@@ -4,8 +4,10 @@ The ORM is synchronous and Django connections belong to threads, so every query 
 runs through `run_db` on one of a few worker threads (HIKYAKU_STREAM_DB_THREADS). Each worker
 keeps its connection between calls: nothing in these threads fires Django's
 request_started/finished signals, so CONN_MAX_AGE=0 does not apply to them and a process holds
-at most that many connections whatever its number of streams. A connection broken by a
-database restart is closed and the read retried once on a fresh one.
+at most that many connections whatever its number of streams. A connection the database
+closed while it sat idle (a restart, pg_terminate_backend, an idle timeout) is noticed before
+the next call without a round trip and replaced; one broken during a read is closed and the
+read retried once on a fresh one.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import select
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -44,12 +47,35 @@ def executor() -> ThreadPoolExecutor:
 def ready_connection() -> None:
     """For a thread that keeps its connection across calls, before each call: what
     close_old_connections() does, minus the CONN_MAX_AGE expiry (a connection an error left
-    unusable is closed, to be opened again by the next query)."""
+    unusable is closed, to be opened again by the next query), plus closing a connection the
+    server has hung up on since its last use."""
     if connection.errors_occurred:
         if connection.connection is not None and connection.is_usable():
             connection.errors_occurred = False
         else:
             connection.close()
+    elif _hung_up():
+        log.info("the database closed an idle connection; opening a new one")
+        connection.close()
+
+
+def _hung_up() -> bool:
+    """Whether an idle Postgres connection has something to read. Between calls nothing is
+    owed to it, so a readable socket is the server's goodbye (the FATAL message a terminated
+    backend sends, or the end of the stream): a poll of the socket, no round trip, where
+    Django's health check would cost a `SELECT 1` per call."""
+    raw = connection.connection
+    if raw is None or connection.vendor != "postgresql" or connection.in_atomic_block:
+        return False
+    try:
+        if raw.closed:
+            return True
+        # poll, not select: a stream process holding thousands of sockets has fds past 1024.
+        poller = select.poll()
+        poller.register(raw.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):
+        return True
 
 
 def _call(fn: Callable[..., T], args: tuple, retry: bool) -> T:
