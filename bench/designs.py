@@ -7,7 +7,7 @@
   uvicorn process and a private redis-server without persistence. It speaks only the 0.3
   dialect (API key + X-Agent-Id).
 - `Embedded`: `make run`'s server — uvicorn on `hikyaku.asgi`, a SQLite file, the in-memory
-  channel layer and eager Celery, with the settings' defaults (DEBUG on, as `make run` has it).
+  channel layer and eager Celery, with the settings' defaults (debug off, as `make run` has it).
 
 Each keeps its servers up for the whole run; every round mints a new tenant key so that each
 measurement starts from empty inboxes and its own agents. Their CPU is read the same way
@@ -180,7 +180,7 @@ class Embedded:
         return {
             "server": "uvicorn hikyaku.asgi:application (one process, as `make run`)",
             "database": "SQLite file (WAL, synchronous=FULL), in-memory channel layer, eager Celery",
-            "settings": "defaults: DJANGO_DEBUG unset (on), request log on",
+            "settings": "defaults: DJANGO_DEBUG unset (off), request log on",
         }
 
 
