@@ -15,6 +15,7 @@ import uuid
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from agents import services as agent_services
 from hikyaku.errors import (
@@ -24,7 +25,7 @@ from hikyaku.errors import (
     TaskNotFound,
     UnsupportedOperation,
 )
-from messaging import services, store
+from messaging import lifecycle, services, store
 from messaging.models import PushConfig, Task, TaskEvent, WebhookDelivery
 from messaging.parties import Sender
 from tests import factories
@@ -389,6 +390,41 @@ def _deliveries(event_id: int) -> set[tuple[str, object]]:
 
 
 # Replays --------------------------------------------------------------------------------------
+
+
+def test_a_compare_and_set_decided_on_a_stale_read_writes_nothing(writer, pair):
+    """Two comments decided on the same read: the phase is the same for both, so only the
+    row's `updated_at` tells that the second read is stale. Its write must fail (the caller
+    reads again and retries), or the first comment would vanish from the history."""
+    task = pair.send()
+    stale = Task.objects.get(pk=task.id)
+    expected = store.Expected.of(stale)
+    pair.act("sender", task.id, "comment", _message("first"))
+    change = lifecycle.apply(
+        lifecycle.TRANSITIONS["comment"],
+        task=stale,
+        roles={"recipient"},
+        message=_message("second"),
+        now=timezone.now(),
+    )
+    for column in lifecycle.Change.COLUMNS:
+        setattr(stale, column, getattr(change, column))
+    event = TaskEvent(
+        tenant_id=stale.tenant_id,
+        task=stale,
+        sender_agent_id=stale.sender_id,
+        recipient_agent_id=stale.recipient_id,
+        actor=pair.bob,
+        kind="comment",
+        from_state=change.from_state,
+        to_state=stale.state,
+        payload={},
+        created_at=stale.updated_at,
+    )
+    assert store.current().compare_and_set(stale, expected, event) is False
+    texts = [entry["parts"][0]["text"] for entry in Task.objects.get(pk=task.id).history]
+    assert texts == ["hello", "first"]
+    assert TaskEvent.objects.filter(task_id=task.id).count() == 2  # created, the first comment
 
 
 def test_replays_write_nothing_new(writer, pair):
