@@ -12,9 +12,15 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 import pytest
 from django.db import connection
 from django.middleware.csrf import CsrfViewMiddleware
@@ -201,3 +207,37 @@ def test_ratios_are_taken_within_each_round_and_their_median_meets_the_target():
     assert report.checks_failed(
         report.summarize(rounds, environment={}, config={}, designs={}, notes=[])
     )
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="bench.micro reads the CPU of the Postgres backend that serves it",
+)
+def test_the_micro_benchmark_runs_to_its_table():
+    """`python -m bench.micro` as a reader runs it: a scratch database of its own, thousands of
+    requests from one key and one tenant (the limiters must not trip), the table at the end."""
+    suite_url = urlsplit(os.environ["DATABASE_URL"])
+    name = f"hikyaku_micro_{uuid.uuid4().hex[:8]}"
+    admin = urlunsplit(suite_url._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as db:
+        db.execute(f'CREATE DATABASE "{name}"')
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HIKYAKU_", "REDIS_"))}
+        env["DATABASE_URL"] = urlunsplit(suite_url._replace(path=f"/{name}"))
+        # Limits its few requests exceed, standing for the defaults its thousands exceed.
+        env["HIKYAKU_RATE_LIMIT_PER_MINUTE"] = env["HIKYAKU_TENANT_RATE_LIMIT_PER_MINUTE"] = "5"
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.micro", "--sends", "40", "--broadcasts", "2"]
+            + ["--agents", "3", "--rounds", "1"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        table = done.stdout.splitlines()
+        assert any(line.startswith("send, per message") for line in table), done.stdout
+        assert any(line.startswith("poll+ack, per message") for line in table), done.stdout
+    finally:
+        with psycopg.connect(admin, autocommit=True) as db:
+            db.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
