@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 from agents.api import AGENT_AUTH_PARAMS, agent_identity, errors
 
 from . import selectors
-from .parties import Sender
+from .parties import Sender, actor_display, person_of
 
 
 class EventOut(serializers.Serializer):
@@ -24,9 +24,19 @@ class EventOut(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
     def get_actor(self, event) -> dict:
+        """The acting agent (`name`: its name, else the external caller's label, else
+        "system"), and the person who acted for it from the web UI (else null)."""
         if event.actor_id:
-            return {"agent_id": str(event.actor_id), "name": event.actor.name}
-        return {"agent_id": None, "name": event.actor_label or "system"}
+            return {
+                "agent_id": str(event.actor_id),
+                "name": event.actor.name,
+                "person": person_of(event.actor_label) or None,
+            }
+        return {
+            "agent_id": None,
+            "name": actor_display(None, event.actor_label),
+            "person": person_of(event.actor_label) or None,
+        }
 
     def get_note(self, event) -> str:
         return "\n".join(p["text"] for p in event.payload.get("parts", []) if "text" in p)

@@ -200,6 +200,14 @@ TRANSITIONS: dict[str, Transition] = {
 # The verbs a follow-up message may name (CancelTask is its own method).
 ACTIONS = sorted(action for action, t in TRANSITIONS.items() if t.carries_message)
 DEFAULT_ACTION = EventKind.ACK
+
+
+def open_to(phase: Phase, roles: set[str]) -> list[Transition]:
+    """The actions a party holding `roles` may take on a task in `phase`, in table order:
+    every row that `refusal` lets through (what the web UI offers a person)."""
+    return [t for t in TRANSITIONS.values() if t.refusal(phase, roles, "") is None]
+
+
 # On an agent's own A2A endpoint the caller owns the task the way A2A means it, and may
 # cancel it until it is final (docs/PEERS.md).
 CANCEL_WHILE_LIVE = Transition(EventKind.CANCEL, _SENDER, LIVE, CANCELED, carries_message=False)

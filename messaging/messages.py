@@ -18,8 +18,10 @@ from .parties import Sender
 
 
 def check_limits(message: dict[str, Any]) -> None:
+    """The limits of docs/PROTOCOL.md §4.6. A new message needs a part; a follow-up (it names
+    `taskId`) may have none (compat: the replaced broker's clients ack with `parts: []`)."""
     parts = message.get("parts") or []
-    if not parts:
+    if not parts and not message.get("taskId"):
         raise InvalidRequest(
             "message.parts must hold at least one part.", details={"field": "message.parts"}
         )

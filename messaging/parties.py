@@ -18,15 +18,40 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Sender:
-    """Who sends or acts: a tenant agent, or an external A2A caller (docs/PROTOCOL.md §8)."""
+    """Who sends or acts: a tenant agent, an external A2A caller (docs/PROTOCOL.md §8), or a
+    person of the tenant acting for one of its agents from the web UI (`person`: their
+    e-mail; the agent's role, policy and addresses are the ones that apply)."""
 
     tenant: Tenant
     agent: Agent | None
     caller_id: str = ""
+    person: str = ""
 
-    @property
-    def label(self) -> str:
-        return self.agent.name if self.agent else f"external:{self.caller_id}"
+
+PERSON = "person:"
+EXTERNAL = "external:"
+
+
+def actor_label(sender: Sender) -> str:
+    """What an event row keeps beside its actor agent (docs/PROTOCOL.md, "Event"): the person
+    who acted for the agent, the external caller who acted without one, or nothing."""
+    if sender.person:
+        return f"{PERSON}{sender.person}"
+    return "" if sender.agent else f"{EXTERNAL}{sender.caller_id}"
+
+
+def person_of(label: str) -> str:
+    """The person an event's `actor_label` names; empty when an agent or caller acted."""
+    return label[len(PERSON) :] if label.startswith(PERSON) else ""
+
+
+def actor_display(agent_name: str | None, label: str) -> str:
+    """How people read an event's actor: "alice", "ann@example.com for alice",
+    "external:ci-7", or "system" (retention, an administrator)."""
+    person = person_of(label)
+    if person:
+        return f"{person} for {agent_name}" if agent_name else person
+    return agent_name or label or "system"
 
 
 def party_roles(sender: Sender, task: Task) -> set[str]:

@@ -206,6 +206,38 @@ def tenant_task(*, tenant: Any, task_id: Any) -> Task:
     return task
 
 
+@dataclass(frozen=True)
+class ActingParty:
+    """An agent of the tenant a person may act for on a task, and what it may do now."""
+
+    agent: Any
+    roles: frozenset[str]
+    actions: list[lifecycle.Transition]
+
+
+def acting_parties(*, tenant: Any, task: Task) -> list[ActingParty]:
+    """The task's parties a person of the tenant may act for (`tenant_task` loaded their
+    rows, so this costs no query): active agents the policy still lets see the task, with
+    the actions the lifecycle leaves open to them now (none on a final task), the one whose
+    turn it is first. The services decide when the person acts."""
+    if task.type == Task.Type.BROADCAST_SUMMARY:
+        return []
+    phase = lifecycle.phase_of(task.state, task.awaiting)
+    # Whose turn it is comes first: the sender's while it is asked a question.
+    turn = (
+        (task.sender, task.recipient)
+        if phase is lifecycle.BLOCKED
+        else (task.recipient, task.sender)
+    )
+    found = []
+    for agent in dict.fromkeys(a for a in turn if a is not None):
+        if agent.is_active and policy.may_read(agent, task):
+            roles = frozenset(party_roles(Sender(tenant=tenant, agent=agent), task))
+            actions = lifecycle.open_to(phase, set(roles))
+            found.append(ActingParty(agent=agent, roles=roles, actions=actions))
+    return found
+
+
 def task_timeline(*, tenant: Any, task: Task) -> list[TaskEvent]:
     """Every event of the task, oldest first, with its acting agent."""
     return list(

@@ -26,7 +26,7 @@ from hikyaku.errors import DestinationNotFound, InvalidRequest, ServiceUnavailab
 from . import events, lifecycle, messages, policy, store
 from .lifecycle import EventKind, Transition
 from .models import Task, TaskEvent
-from .parties import Sender, party_roles
+from .parties import Sender, actor_label, party_roles
 from .store.base import Broadcast, Expected, party_ids, read_for_transition
 
 # Sending -------------------------------------------------------------------------------------
@@ -373,15 +373,11 @@ def _already_applied(task: Task, sender: Sender, message: dict[str, Any]) -> boo
     if not message_id:
         return False
     return (
-        TaskEvent.objects.filter(task=task, actor=sender.agent, actor_label=_actor_label(sender))
+        TaskEvent.objects.filter(task=task, actor=sender.agent, actor_label=actor_label(sender))
         .filter(payload__messageId=message_id)
         .exclude(kind=EventKind.CREATED)
         .exists()
     )
-
-
-def _actor_label(sender: Sender) -> str:
-    return "" if sender.agent else f"external:{sender.caller_id}"
 
 
 def _event_row(task: Task, sender: Sender, kind: str, from_state: str, payload: dict) -> TaskEvent:
@@ -392,7 +388,7 @@ def _event_row(task: Task, sender: Sender, kind: str, from_state: str, payload: 
         sender_agent_id=task.sender_id,
         recipient_agent_id=task.recipient_id,
         actor=sender.agent,
-        actor_label=_actor_label(sender),
+        actor_label=actor_label(sender),
         kind=kind,
         from_state=from_state,
         to_state=task.state,

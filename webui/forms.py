@@ -12,6 +12,7 @@ from agents.models import Agent, Sensitivity
 from agents.services import RevokedKeyAgents
 from hikyaku import parsers
 from hikyaku.errors import HikyakuError, InvalidRequest
+from messaging import lifecycle
 from messaging.a2a.wire import Dialect, parse_message
 from tenants.models import Membership
 
@@ -176,4 +177,92 @@ class SendMessageForm(forms.Form):
             "role": "ROLE_USER",
             "parts": parts,
             "metadata": metadata,
+        }
+
+
+# What each lifecycle action is called on its button, and whether it needs words: a question,
+# a reply or a comment is nothing without them; the others may say why or what came of it.
+ACTION_VERBS = {
+    "ack": "Acknowledge",
+    "accept": "Accept",
+    "complete": "Complete",
+    "reject": "Reject",
+    "fail": "Fail",
+    "block": "Ask the sender",
+    "reply": "Reply",
+    "comment": "Comment",
+    "cancel": "Cancel",
+}
+NEEDS_TEXT = {"block", "reply", "comment"}
+GRAVE = {"reject", "fail", "cancel"}
+
+
+class TaskActionForm(forms.Form):
+    """A lifecycle action a person takes on a task for one of its parties (the submit
+    button's value, `<agent id>:<action>`), with an optional message. Any action of a party
+    that may act is a valid choice: whether it is open now is the service's decision (so a
+    resubmitted action is recognised as applied, and a stale page gets the lifecycle's own
+    refusal)."""
+
+    action = forms.ChoiceField()
+    text = forms.CharField(
+        required=False,
+        label="Message",
+        widget=forms.Textarea(attrs={"rows": 3}),
+        max_length=100_000,
+        help_text="A question for “Ask the sender”, the answer for “Reply”; a reason or "
+        "result for the others (optional). Cancel sends no message.",
+    )
+    # The action's messageId: resubmitting the same form never acts twice.
+    once = forms.CharField(widget=forms.HiddenInput, max_length=64)
+
+    def __init__(self, *args: Any, parties: list, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parties = parties
+        self.fields["action"].choices = [
+            (f"{party.agent.pk}:{action}", ACTION_VERBS[action])
+            for party in parties
+            for action in lifecycle.TRANSITIONS
+        ]
+        self.fields["action"].error_messages["invalid_choice"] = (
+            "That agent cannot act on this task: it is not active, or its policy no longer "
+            "lets it see the task."
+        )
+
+    def groups(self) -> list[dict[str, Any]]:
+        """The buttons, by the agent they act for: its name, its roles, and each action's
+        value, verb and whether it ends the task badly."""
+        return [
+            {
+                "agent": party.agent,
+                "roles": " and ".join(sorted(party.roles)),
+                "buttons": [
+                    (f"{party.agent.pk}:{t.action}", ACTION_VERBS[t.action], t.action in GRAVE)
+                    for t in party.actions
+                ],
+            }
+            for party in self.parties
+            if party.actions
+        ]
+
+    def clean(self) -> dict:
+        data = super().clean()
+        choice = data.get("action")
+        if choice:
+            agent_id, action = choice.split(":")
+            data["agent"] = next(p.agent for p in self.parties if str(p.agent.pk) == agent_id)
+            data["verb"] = action
+            if action in NEEDS_TEXT and not data.get("text", "").strip():
+                self.add_error("text", f"Write what to send with “{ACTION_VERBS[action]}”.")
+        return data
+
+    def message(self, task_id: Any) -> dict[str, Any]:
+        """The follow-up as the JSON-RPC surface hands it over (docs/PROTOCOL.md §4.4)."""
+        text = self.cleaned_data["text"]
+        return {
+            "messageId": self.cleaned_data["once"],
+            "taskId": str(task_id),
+            "role": "ROLE_USER",
+            "parts": [{"text": text}] if text.strip() else [],
+            "metadata": {"action": self.cleaned_data["verb"]},
         }

@@ -32,6 +32,7 @@ tenant_urls = [
     path("agents/<uuid:agent_id>/inbox/", messages.inbox, name="inbox"),
     path("agents/<uuid:agent_id>/sent/", messages.sent, name="sent"),
     path("tasks/<uuid:task_id>/", messages.task_detail, name="task"),
+    path("tasks/<uuid:task_id>/act/", messages.task_act, name="task-act"),
     path("tasks/<uuid:task_id>/files/<str:digest>/", messages.task_file, name="task-file"),
     path("send/", messages.send, name="send"),
     # Live events (Server-Sent Events). In a stream process hikyaku.asgi hands these paths to

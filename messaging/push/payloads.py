@@ -24,6 +24,7 @@ from typing import Any
 from ..a2a import peer_view
 from ..a2a.wire import STATE_V1, Dialect, render_task
 from ..models import Task, TaskEvent
+from ..parties import person_of
 
 SIGNATURE_HEADER = "X-Hikyaku-Signature"
 # The payload dialects of push configs set on an agent's own endpoint (PushConfig.dialect).
@@ -60,6 +61,8 @@ def stream_response(task: Task, event: TaskEvent, dialect: str = "1.0") -> dict[
         metadata["actorAgentId"] = str(event.actor_id)
     elif event.actor_label:
         metadata["actor"] = event.actor_label
+    if person_of(event.actor_label):
+        metadata["actorPerson"] = person_of(event.actor_label)
     for key in ("fromAgentId", "toAgentId", "type"):
         if key in task.metadata:
             metadata[key] = task.metadata[key]

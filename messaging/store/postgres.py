@@ -22,7 +22,7 @@ from hikyaku import rows
 from .. import lifecycle, policy
 from ..lifecycle import Role, Transition
 from ..models import Task, TaskEvent
-from ..parties import Sender
+from ..parties import Sender, actor_label
 from ..push import delivery, fanout
 from .base import CHANGED, TASK_FIELDS, Broadcast, BroadcastResult, Expected, party_ids
 
@@ -346,7 +346,7 @@ class PostgresStore:
             *readable_params,
             *set_params,
             me.pk if me else None,
-            "" if me else f"external:{actor.caller_id}",
+            actor_label(actor),
             transition.action,
             Jsonb(lifecycle.payload_of(message)),
             *webhook_params,

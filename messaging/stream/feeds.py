@@ -25,6 +25,7 @@ from tenants.models import Tenant
 
 from ..a2a.wire import Dialect, task_v1
 from ..models import Task, TaskEvent
+from ..parties import person_of
 from . import snapshot, sse
 from .batch import Batch
 from .reads import PAGE, read_inboxes
@@ -179,6 +180,7 @@ def web_event(row: TaskEvent, task: Task) -> dict[str, Any]:
         "senderAgentId": str(row.sender_agent_id) if row.sender_agent_id else None,
         "recipientAgentId": str(row.recipient_agent_id) if row.recipient_agent_id else None,
         "actor": row.actor.name if row.actor_id and row.actor else row.actor_label,
+        "person": person_of(row.actor_label) or None,
         "fromState": row.from_state,
         "toState": row.to_state,
         "at": row.created_at.isoformat().replace("+00:00", "Z"),

@@ -2,7 +2,10 @@
 // data-live-fragment="<URL of the region's HTML>">. When an event arrives on the stream the
 // region's HTML is fetched again and swapped in (at most one fetch in flight, coalescing
 // bursts). A [data-live-status] element shows whether the stream is connected. Pages without
-// an events URL are simply not live.
+// an events URL are simply not live. While a [data-live-hold] form inside the region has the
+// focus or holds typed text, the swap waits (the person's words are never replaced); it
+// happens once the form is left empty and unfocused, and the server decides on what is
+// submitted meanwhile.
 "use strict";
 
 (function () {
@@ -21,7 +24,20 @@
 
     var fetching = false;
     var again = false;
+    var held = false;
+    function holding() {
+      return Array.prototype.some.call(region.querySelectorAll("[data-live-hold]"), function (form) {
+        if (form.contains(document.activeElement)) return true;
+        return Array.prototype.some.call(form.querySelectorAll("textarea, input[type=text]"),
+          function (field) { return field.value.trim() !== ""; });
+      });
+    }
+    region.addEventListener("focusout", function () {
+      // Focus moves after focusout: look once it has landed.
+      setTimeout(function () { if (held && !holding()) { held = false; refresh(); } }, 0);
+    });
     function refresh() {
+      if (holding()) { held = true; return; }
       if (fetching) { again = true; return; }
       fetching = true;
       fetch(fragmentUrl, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
@@ -30,6 +46,7 @@
           return response.text();
         })
         .then(function (html) {
+          if (holding()) { held = true; return; }  // typing began while this was fetched
           region.innerHTML = html;
           // The fragment carries the filter tabs' counts, which live outside the region.
           region.querySelectorAll("[data-count-for]").forEach(function (el) {

@@ -185,3 +185,29 @@ def test_0_3_data_and_file_parts(broker, world):
     assert got[0]["kind"] == "data" and got[0]["data"]["files"] == ["a.py"]
     assert got[1]["file"]["uri"] == "https://example.com/log.txt"
     assert got[2]["file"]["bytes"] == "aGVsbG8="
+
+
+@pytest.mark.parametrize("version", ["0.3", "1.0"])
+def test_a_follow_up_may_have_no_parts_but_a_new_message_may_not(broker, world, version):
+    """Old clients acknowledge with `"parts": []`; the replaced broker accepted that."""
+    key, alice, bob = world
+    sent = old_send(broker, key, alice.id, bob.id, "hello")["result"]["task"]
+    role = "user" if version == "0.3" else "ROLE_USER"
+    headers = {"Authorization": f"Bearer {key}", "X-Agent-Id": bob.id, "A2A-Version": version}
+
+    def call(message):
+        payload = {"jsonrpc": "2.0", "method": "SendMessage", "params": {"message": message}}
+        return httpx.post(f"{broker.url}/", json={**payload, "id": 1}, headers=headers).json()
+
+    acked = call({"messageId": str(uuid.uuid4()), "role": role, "taskId": sent["id"], "parts": []})
+    task = acked["result"]["task"]
+    assert task["status"]["state"] == ("completed" if version == "0.3" else "TASK_STATE_COMPLETED")
+    new = call(
+        {
+            "messageId": str(uuid.uuid4()),
+            "role": role,
+            "parts": [],
+            "metadata": {"destination": alice.id},
+        }
+    )
+    assert new["error"]["code"] == -32602 and "part" in new["error"]["message"]

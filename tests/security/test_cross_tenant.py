@@ -153,13 +153,18 @@ FIXED_ID = "00000000-0000-4000-8000-000000000000"
 def ui(method: str, path: str, form: dict | None = None):
     """A page of the web UI, as an owner of tenant B logged in with a session.
 
-    `{id}` in the path or form is the probed id, `{mine}` tenant B's slug and `{any}` a fixed
-    id (for routes probed by their tenant slug)."""
+    `{id}` in the path or form is the probed id, `{mine}` tenant B's slug, `{any}` a fixed
+    id (for routes probed by their tenant slug) and `{my_task}` a task of tenant B."""
 
     def call(world: World, caller: factories.TestAgent, the_id: str):
         client = Client()
         client.force_login(world.b_user)
-        values = {"id": the_id, "mine": world.b.tenant.slug, "any": FIXED_ID}
+        values = {
+            "id": the_id,
+            "mine": world.b.tenant.slug,
+            "any": FIXED_ID,
+            "my_task": world.own["unread task"],
+        }
         url = path.format(**values)
         if method == "get":
             return client.get(url)
@@ -423,6 +428,26 @@ ROUTES: dict[str, Route] = {
     ),
     "ui/t/<slug:slug>/tasks/<uuid:task_id>/": ui_object_route(
         "a task's page", "/ui/t/{slug}/tasks/{obj}/", TASK_IDS, "get"
+    ),
+    "ui/t/<slug:slug>/tasks/<uuid:task_id>/act/": Route(
+        "act on a task for one of its agents: the task in the path, the agent in the form",
+        {
+            **ui_object_route(
+                "",
+                "/ui/t/{slug}/tasks/{obj}/act/",
+                TASK_IDS,
+                "post",
+                form={"action": "{any}:comment", "text": "x", "once": "0123456789abcdef"},
+            ).probes,
+            "POST for agent": Probe(
+                AGENT_IDS,
+                ui(
+                    "post",
+                    "/ui/t/{mine}/tasks/{my_task}/act/",
+                    {"action": "{id}:comment", "text": "x", "once": "0123456789abcdef"},
+                ),
+            ),
+        },
     ),
     "ui/t/<slug:slug>/tasks/<uuid:task_id>/files/<str:digest>/": Route(
         "a task's file, found by its task and a digest of its content: another tenant's task"

@@ -307,3 +307,108 @@ def test_inbox_and_task_pages_update_live_without_reload(browser_session):
     expect(inbox.locator("[data-count=unread]")).to_have_text("0")
     expect(inbox.locator("[data-count=completed]")).to_have_text("1")
     ui.assert_no_console_errors()
+
+
+def rpc(base_url: str, token: str, method: str, params: dict) -> dict:
+    response = httpx.post(
+        f"{base_url}/a2a/",
+        headers={"Authorization": f"Bearer {token}", "A2A-Version": "1.0"},
+        json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+    )
+    body = response.json()
+    assert "error" not in body, response.text
+    return body["result"]
+
+
+def follow_up(base_url: str, token: str, task_id: str, action: str, text: str) -> dict:
+    message = {
+        "messageId": f"{action}-{task_id[:8]}-{len(text)}",
+        "role": "ROLE_USER",
+        "taskId": task_id,
+        "parts": [{"text": text}],
+        "metadata": {"action": action},
+    }
+    return rpc(base_url, token, "SendMessage", {"message": message})
+
+
+def test_a_person_answers_and_completes_a_task_from_its_page(browser_session):
+    """Bob's agent asks alice's a question; a person answers it from the task page for alice,
+    then completes the task for bob. A live update arriving while they type keeps their
+    words; the agents see the person's actions through the API."""
+    ui, page = browser_session, browser_session.page
+    sign_up(ui, "mo@example.com")
+    page.fill("input[name=name]", "Hands On")
+    page.get_by_role("button", name="Create tenant").click()
+    page.wait_for_url(re.compile(r".*/ui/t/hands-on-[a-z0-9]{6}/keys/$"))
+    slug = page.url.split("/ui/t/")[1].split("/")[0]
+    page.get_by_role("button", name="Create key").click()
+    raw_key = page.get_by_test_id("new-api-key").inner_text().strip()
+    alice = register_agent(ui.base_url, raw_key, "alice", "Asks for work")
+    bob = register_agent(ui.base_url, raw_key, "bob", "Does the work")
+    sent = rpc(
+        ui.base_url,
+        alice["agent_token"],
+        "SendMessage",
+        {
+            "message": {
+                "messageId": "fix-login",
+                "role": "ROLE_USER",
+                "parts": [{"text": "Fix the login redirect."}],
+                "metadata": {"destination": "bob"},
+            }
+        },
+    )
+    task_id = sent["task"]["id"]
+    follow_up(ui.base_url, bob["agent_token"], task_id, "accept", "on it")
+    follow_up(ui.base_url, bob["agent_token"], task_id, "block", "Which branch?")
+
+    page.goto(f"/ui/t/{slug}/tasks/{task_id}/")
+    expect(page.get_by_test_id("task-state")).to_have_text("Blocked")
+    expect(page.locator("[data-live-status]")).to_have_attribute("data-live-status", "live")
+    actions = page.get_by_test_id("task-actions")
+    for_alice = actions.locator("[data-agent=alice]")
+    expect(for_alice.get_by_role("button")).to_have_text(["Reply", "Comment"])
+    expect(actions.locator("[data-agent=bob]").get_by_role("button")).to_have_text(
+        ["Complete", "Reject", "Comment"]
+    )
+
+    # The person types; bob's agent comments meanwhile. The live update waits for them.
+    page.fill("textarea[name=text]", "release/2.4, please")
+    follow_up(ui.base_url, bob["agent_token"], task_id, "comment", "Still waiting on you.")
+    page.wait_for_timeout(1500)
+    expect(page.locator("textarea[name=text]")).to_have_value("release/2.4, please")
+    ui.shot("12-task-actions")
+    for_alice.get_by_role("button", name="Reply").click()
+    page.wait_for_url(f"**/ui/t/{slug}/tasks/{task_id}/")
+    expect(page.get_by_test_id("task-state")).to_have_text("Working")
+    timeline = page.get_by_test_id("timeline")
+    expect(timeline).to_contain_text("Still waiting on you.")
+    reply = timeline.locator("li[data-event-kind=reply]")
+    expect(reply).to_contain_text("mo@example.com for alice")
+    expect(reply).to_contain_text("Blocked → Working")
+    expect(reply).to_contain_text("release/2.4, please")
+
+    # Bob's agent sees the answer in its task, as any reply.
+    task = rpc(ui.base_url, bob["agent_token"], "GetTask", {"id": task_id})
+    assert task["status"]["state"] == "TASK_STATE_WORKING"
+    assert task["history"][-1]["parts"] == [{"text": "release/2.4, please"}]
+
+    # Then the person completes it for bob: the result shows, and nothing is left to do.
+    page.fill("textarea[name=text]", "Fixed in abc123")
+    actions.locator("[data-agent=bob]").get_by_role("button", name="Complete").click()
+    page.wait_for_url(f"**/ui/t/{slug}/tasks/{task_id}/")
+    expect(page.get_by_test_id("task-state")).to_have_text("Completed")
+    expect(page.get_by_role("heading", name="Result")).to_be_visible()
+    expect(page.get_by_test_id("task-actions")).to_have_count(0)
+    done = rpc(ui.base_url, alice["agent_token"], "GetTask", {"id": task_id})
+    assert done["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert done["artifacts"][-1]["parts"] == [{"text": "Fixed in abc123"}]
+    events = httpx.get(
+        f"{ui.base_url}/api/v1/tasks/{task_id}/events",
+        headers={"Authorization": f"Bearer {alice['agent_token']}"},
+    ).json()["events"]
+    assert [(e["kind"], e["actor"]["name"], e["actor"]["person"]) for e in events[-2:]] == [
+        ("reply", "alice", "mo@example.com"),
+        ("complete", "bob", "mo@example.com"),
+    ]
+    ui.assert_no_console_errors()

@@ -350,3 +350,216 @@ def test_policy_refusals_are_form_errors(owner_client, agent, peer):
     response = send_form(owner_client, sender=agent.id, to=peer.id, text="hi")
     assert response.status_code == 400
     assert "Destination agent not found" in response.content.decode()
+
+
+# Acting on a task as a person -------------------------------------------------------------
+
+
+def task_page(client, task) -> str:
+    return client.get(f"/ui/t/acme/tasks/{task.pk}/").content.decode()
+
+
+def offered(html: str) -> dict[str, list[str]]:
+    """The action buttons of a task page, by the agent they act for."""
+    found = {}
+    for name, block in re.findall(
+        r'data-testid="actions-for" data-agent="([^"]+)">(.*?)</div>', html, re.S
+    ):
+        found[name] = re.findall(r'name="action" value="[^:"]+:(\w+)"', block)
+    return found
+
+
+def act_form(client, task, agent, action, text=""):
+    html = task_page(client, task)
+    once = re.search(r'name="once" value="([^"]+)"', html).group(1)
+    return client.post(
+        f"/ui/t/acme/tasks/{task.pk}/act/",
+        {"action": f"{agent.id}:{action}", "text": text, "once": once},
+    )
+
+
+def test_the_task_page_offers_what_the_lifecycle_leaves_open_to_each_party(
+    owner_client, agent, peer
+):
+    task = send(agent, peer)
+    assert offered(task_page(owner_client, task)) == {
+        "bob": ["ack", "accept", "complete", "reject", "comment"],
+        "alice": ["comment", "cancel"],
+    }
+    act(peer, task, "accept")
+    act(peer, task, "block", {"text": "Which branch?"})
+    html = task_page(owner_client, task)
+    assert offered(html) == {
+        "bob": ["complete", "reject", "comment"],
+        "alice": ["reply", "comment"],
+    }
+    assert list(offered(html)) == ["alice", "bob"]  # whose turn it is first
+    act(agent, task, "reply", {"text": "main"})
+    act(peer, task, "complete")
+    html = task_page(owner_client, task)
+    assert offered(html) == {} and 'data-testid="task-actions"' not in html
+
+
+def test_a_member_answers_a_question_and_the_event_names_them(member_client, agent, peer):
+    task = send(agent, peer)
+    act(peer, task, "accept")
+    act(peer, task, "block", {"text": "Which branch?"})
+    response = act_form(member_client, task, agent, "reply", "release/2.4, please")
+    assert response.status_code == 302 and response["Location"] == f"/ui/t/acme/tasks/{task.pk}/"
+    task.refresh_from_db()
+    assert (task.state, task.awaiting) == ("working", "")
+    event = task.events.order_by("-id").first()
+    assert (event.kind, event.actor_id, event.actor_label) == (
+        "reply",
+        agent.model.id,
+        "person:member@example.com",
+    )
+    assert task.history[-1]["parts"] == [{"text": "release/2.4, please"}]
+    assert task.history[-1]["role"] == "ROLE_USER"
+    timeline = task_page(member_client, task).split('data-testid="timeline"')[1]
+    assert "<strong>member@example.com for alice</strong>" in timeline
+    assert "Blocked → Working" in timeline
+
+
+def test_a_person_takes_the_recipients_part_from_accept_to_complete(owner_client, agent, peer):
+    task = send(agent, peer)
+    assert act_form(owner_client, task, peer, "accept").status_code == 302
+    assert act_form(owner_client, task, peer, "complete", "Fixed in abc123").status_code == 302
+    task.refresh_from_db()
+    assert task.state == "completed"
+    assert task.artifacts[-1]["parts"] == [{"text": "Fixed in abc123"}]
+    assert task.history[-1]["role"] == "ROLE_AGENT"
+    kinds = list(task.events.order_by("id").values_list("kind", "actor_label"))
+    assert kinds == [
+        ("created", ""),
+        ("accept", "person:owner@example.com"),
+        ("complete", "person:owner@example.com"),
+    ]
+
+
+def test_a_person_cancels_an_unread_task_for_its_sender(owner_client, agent, peer):
+    task = send(agent, peer)
+    assert act_form(owner_client, task, agent, "cancel").status_code == 302
+    task.refresh_from_db()
+    assert task.state == "canceled"
+    event = task.events.order_by("-id").first()
+    assert (event.kind, event.actor_label) == ("cancel", "person:owner@example.com")
+
+
+def test_what_the_agents_api_sees_of_a_persons_action(owner_client, agent, peer):
+    """The REST timeline, the web stream's data and a webhook's body name the person beside
+    the agent."""
+    from messaging.api import EventOut
+    from messaging.push.payloads import stream_response
+    from messaging.stream.feeds import web_event
+
+    task = send(agent, peer)
+    act_form(owner_client, task, peer, "reject", "Not ours")
+    event = task.events.select_related("actor").order_by("-id").first()
+    assert EventOut(event).data["actor"] == {
+        "agent_id": str(peer.model.id),
+        "name": "bob",
+        "person": "owner@example.com",
+    }
+    task.refresh_from_db()
+    assert web_event(event, task)["person"] == "owner@example.com"
+    metadata = stream_response(task, event)["statusUpdate"]["metadata"]
+    assert metadata["actorAgentId"] == str(peer.model.id)
+    assert metadata["actorPerson"] == "owner@example.com"
+    created = task.events.select_related("actor").order_by("id").first()
+    assert EventOut(created).data["actor"]["person"] is None
+    assert web_event(created, task)["person"] is None
+
+
+@pytest.mark.parametrize("action", ["reply", "block", "comment"])
+def test_an_action_that_needs_words_without_them_is_a_form_error(owner_client, agent, peer, action):
+    task = send(agent, peer)
+    before = task.events.count()
+    act(peer, task, "accept")
+    if action == "reply":
+        act(peer, task, "block", {"text": "Which branch?"})
+    response = act_form(owner_client, task, agent if action == "reply" else peer, action, "  ")
+    assert response.status_code == 400
+    assert "Write what to send with" in response.content.decode()
+    assert task.events.count() == before + (2 if action == "reply" else 1)
+
+
+def test_an_action_overtaken_by_the_agent_is_refused_and_the_page_shows_the_new_state(
+    owner_client, agent, peer
+):
+    task = send(agent, peer)
+    html = task_page(owner_client, task)
+    once = re.search(r'name="once" value="([^"]+)"', html).group(1)
+    act(peer, task, "ack")  # the agent acts while the person reads the page
+    response = owner_client.post(
+        f"/ui/t/acme/tasks/{task.pk}/act/",
+        {"action": f"{peer.id}:accept", "text": "taking it", "once": once},
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "is completed; terminal tasks are final." in html  # the lifecycle's own refusal
+    assert 'data-testid="task-state">Completed<' in html
+    assert "Nothing more can be done on this task." in html
+    assert "taking it" in html  # the person's words are kept
+    assert list(task.events.values_list("kind", flat=True).order_by("id")) == ["created", "ack"]
+
+
+def test_an_agent_whose_policy_closed_meanwhile_cannot_act(owner_client, agent, peer):
+    """The page offered an action, then an owner closed the relationship: the task is out
+    of both agents' sight, so neither may act on it, and nothing is written."""
+    task = send(agent, peer)
+    html = task_page(owner_client, task)
+    once = re.search(r'name="once" value="([^"]+)"', html).group(1)
+    peer.model.receive_from = []
+    peer.model.save(update_fields=["receive_from"])
+    response = owner_client.post(
+        f"/ui/t/acme/tasks/{task.pk}/act/",
+        {"action": f"{agent.id}:cancel", "text": "", "once": once},
+    )
+    assert response.status_code == 400
+    assert "That agent cannot act on this task" in response.content.decode()
+    assert offered(task_page(owner_client, task)) == {}
+    assert task.events.count() == 1
+
+
+def test_resubmitting_an_action_acts_once(owner_client, agent, peer):
+    task = send(agent, peer)
+    html = task_page(owner_client, task)
+    once = re.search(r'name="once" value="([^"]+)"', html).group(1)
+    data = {"action": f"{peer.id}:accept", "text": "", "once": once}
+    first = owner_client.post(f"/ui/t/acme/tasks/{task.pk}/act/", data)
+    again = owner_client.post(f"/ui/t/acme/tasks/{task.pk}/act/", data)
+    assert first.status_code == again.status_code == 302
+    assert list(task.events.values_list("kind", flat=True).order_by("id")) == ["created", "accept"]
+
+
+def test_no_action_for_a_deregistered_agent_or_another_tenants_task(
+    owner_client, outsider_client, tenant, agent, peer
+):
+    from agents import services as agent_services
+
+    task = send(agent, peer)
+    agent_services.deregister_agent(agent=peer.model)
+    assert offered(task_page(owner_client, task)) == {"alice": ["comment", "cancel"]}
+    response = act_form(owner_client, task, agent, "cancel")
+    assert response.status_code == 302
+    other = owner_client.post(
+        f"/ui/t/acme/tasks/{task.pk}/act/", {"action": f"{peer.id}:accept", "once": "x"}
+    )
+    assert other.status_code == 400 and "That agent cannot act" in other.content.decode()
+    stranger = outsider_client.post(
+        f"/ui/t/acme/tasks/{task.pk}/act/", {"action": f"{agent.id}:comment", "once": "y"}
+    )
+    assert stranger.status_code == 404
+
+
+def test_a_get_of_the_action_url_goes_back_to_the_task(owner_client, agent, peer):
+    task = send(agent, peer)
+    response = owner_client.get(f"/ui/t/acme/tasks/{task.pk}/act/")
+    assert response.status_code == 302 and response["Location"] == f"/ui/t/acme/tasks/{task.pk}/"
+
+
+def test_a_message_sent_from_the_web_ui_names_the_person(member_client, agent, peer):
+    send_form(member_client, sender=agent.id, to=peer.id, text="please review #12")
+    event = Task.objects.get(recipient=peer.model).events.get()
+    assert (event.actor_id, event.actor_label) == (agent.model.id, "person:member@example.com")

@@ -14,6 +14,7 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince
 
 from messaging import lifecycle
+from messaging.parties import actor_display
 
 from ..files import part_digest
 
@@ -92,9 +93,8 @@ def file_digest(part: dict) -> str:
 
 @register.filter
 def actor_name(event: Any) -> str:
-    if event.actor_id is not None and event.actor is not None:
-        return event.actor.name
-    return event.actor_label or "—"
+    agent = event.actor if event.actor_id is not None else None
+    return actor_display(agent.name if agent else None, event.actor_label)
 
 
 @register.filter

@@ -17,10 +17,10 @@ from messaging import lifecycle
 from messaging import selectors as messaging_selectors
 from messaging.models import Task, TaskState
 from messaging.parties import Sender
-from messaging.services import send_message
+from messaging.services import cancel_task, send_message
 
 from .. import files
-from ..forms import SendMessageForm, add_service_error
+from ..forms import SendMessageForm, TaskActionForm, add_service_error
 from .base import TenantContext, render_page, tenant_view
 
 TASKS_PER_PAGE = 25
@@ -106,6 +106,52 @@ def sent(request: HttpRequest, ctx: TenantContext, agent_id: Any) -> HttpRespons
 @tenant_view()
 def task_detail(request: HttpRequest, ctx: TenantContext, task_id: Any) -> HttpResponse:
     task = messaging_selectors.tenant_task(tenant=ctx.tenant, task_id=task_id)
+    return _task_page(request, ctx, task)
+
+
+@tenant_view()
+def task_act(request: HttpRequest, ctx: TenantContext, task_id: Any) -> HttpResponse:
+    """A lifecycle action taken by the signed-in person for one of the task's agents, through
+    the service the A2A API calls; the event names the person as well as the agent."""
+    task = messaging_selectors.tenant_task(tenant=ctx.tenant, task_id=task_id)
+    if request.method != "POST":
+        return redirect("webui:task", slug=ctx.tenant.slug, task_id=task.pk)
+    parties = messaging_selectors.acting_parties(tenant=ctx.tenant, task=task)
+    form = TaskActionForm(request.POST, parties=parties)
+    if form.is_valid():
+        sender = Sender(tenant=ctx.tenant, agent=form.cleaned_data["agent"], person=person(request))
+        try:
+            if form.cleaned_data["verb"] == lifecycle.EventKind.CANCEL:
+                cancel_task(sender=sender, task_id=str(task.pk))
+            else:
+                send_message(sender=sender, message=form.message(task.pk))
+        except HikyakuError as error:
+            add_service_error(form, error)
+        else:
+            return redirect("webui:task", slug=ctx.tenant.slug, task_id=task.pk)
+    # Refused: the page as the task now is (another party may just have acted).
+    task = messaging_selectors.tenant_task(tenant=ctx.tenant, task_id=task.pk)
+    return _task_page(request, ctx, task, form=form, status=400)
+
+
+def person(request: HttpRequest) -> str:
+    """How an event names the signed-in person who acted (docs/PROTOCOL.md, "Event")."""
+    return request.user.email or request.user.get_username()
+
+
+def _task_page(
+    request: HttpRequest,
+    ctx: TenantContext,
+    task: Task,
+    *,
+    form: TaskActionForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    parties = messaging_selectors.acting_parties(tenant=ctx.tenant, task=task)
+    if form is None:
+        form = TaskActionForm(initial={"once": secrets.token_hex(16)}, parties=parties)
+    # A refused form keeps the person's words and its reason; the buttons are what `parties`
+    # leaves open now.
     context = {
         "section": "agents",
         "task": task,
@@ -115,12 +161,15 @@ def task_detail(request: HttpRequest, ctx: TenantContext, task_id: Any) -> HttpR
             if task.type == Task.Type.BROADCAST_SUMMARY
             else []
         ),
+        "parties": parties,
+        "action_form": form,
+        "person": person(request),
     }
     if request.GET.get("fragment"):
         return render_page(request, "webui/_task_body.html", context, ctx=ctx)
     watched = task.recipient or task.sender
     context["live_url"] = live_events_url(ctx, watched) if watched else ""
-    return render_page(request, "webui/task.html", context, ctx=ctx)
+    return render_page(request, "webui/task.html", context, ctx=ctx, status=status)
 
 
 @tenant_view()
@@ -136,7 +185,8 @@ def task_file(request: HttpRequest, ctx: TenantContext, task_id: Any, digest: st
 @tenant_view()
 def send(request: HttpRequest, ctx: TenantContext) -> HttpResponse:
     """Send a unicast or broadcast as one of the tenant's active agents (owners and members):
-    messaging.services.send_message, exactly as the A2A SendMessage method calls it."""
+    messaging.services.send_message, exactly as the A2A SendMessage method calls it; the
+    event names the person too."""
     agents, _ = agent_selectors.list_active_agents(tenant=ctx.tenant, limit=1000)
     if request.method == "POST":
         form = SendMessageForm(request.POST, agents=agents)
@@ -144,7 +194,7 @@ def send(request: HttpRequest, ctx: TenantContext) -> HttpResponse:
             sender_agent = next(a for a in agents if str(a.pk) == form.cleaned_data["sender"])
             try:
                 task = send_message(
-                    sender=Sender(tenant=ctx.tenant, agent=sender_agent),
+                    sender=Sender(tenant=ctx.tenant, agent=sender_agent, person=person(request)),
                     message=form.message(),
                 )
             except HikyakuError as error:
