@@ -81,11 +81,7 @@ def reset_database(cfg: ServerConfig) -> None:
     name = cfg.database_name
     if not name.replace("_", "").isalnum() or "bench" not in name:
         raise SystemExit(f"Refusing to drop database {name!r}: its name must contain 'bench'.")
-    parts = urlsplit(cfg.database_url)
-    admin_url = urlunsplit((parts.scheme, parts.netloc, "/postgres", parts.query, ""))
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+    testbed.recreate_database(cfg.database_url)
 
 
 def reset_redis(cfg: ServerConfig) -> None:

@@ -32,7 +32,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import testbed
 
@@ -124,15 +123,8 @@ class Environment:
         return proc
 
     def prepare(self) -> None:
-        import psycopg
-
         self.redis.start()
-        url = urlsplit(self.args.database_url)
-        name = url.path.lstrip("/")
-        admin = url._replace(path="/postgres").geturl()
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{name}"')
+        testbed.recreate_database(self.args.database_url)
         subprocess.run(
             [sys.executable, "manage.py", "migrate", "--no-input", "-v0"],
             cwd=ROOT,

@@ -11,12 +11,13 @@ tests, so bench/ uses it without importing tests/ (docs/TESTING.md, "The process
 - `process`: `Process` (start, readiness, stop, SIGKILL of the whole group) and `wait_until`.
 - `broker`: the commands of the broker's servers (uvicorn, granian, Celery) and `Server`.
 - `redis`: `RedisServer`, a private redis-server that may be stopped, killed and restarted.
-- `postgres`: `PostgresCluster`, a private Postgres cluster that may be crashed and restarted.
+- `postgres`: `PostgresCluster`, a private Postgres cluster that may be crashed and restarted;
+  `recreate_database`, a scratch database dropped and made again on a running server.
 """
 
 from .broker import Celery, Server, celery_argv, granian_argv, uvicorn_argv
 from .ports import free_port, free_ports
-from .postgres import PostgresCluster
+from .postgres import PostgresCluster, recreate_database
 from .process import ROOT, Process, ProcessError, http_ok, http_status, wait_until
 from .redis import RedisServer
 
@@ -34,6 +35,7 @@ __all__ = [
     "granian_argv",
     "http_ok",
     "http_status",
+    "recreate_database",
     "uvicorn_argv",
     "wait_until",
 ]

@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from .ports import free_port
 
@@ -119,3 +120,19 @@ class PostgresCluster:
 
         with psycopg.connect(self.url.replace("postgres://", "postgresql://", 1)) as conn:
             return conn.execute(sql, params).fetchall()
+
+
+def recreate_database(url: str, *, create: bool = True) -> None:
+    """Drop the database `url` names, with its open connections, and (with `create`) make it
+    again, empty; through the server's maintenance database `postgres`. For scratch databases
+    of a test or a benchmark run only."""
+    import psycopg
+    from psycopg import sql
+
+    parts = urlsplit(url)
+    name = sql.Identifier(parts.path.lstrip("/"))
+    maintenance = urlunsplit(parts._replace(scheme="postgresql", path="/postgres"))
+    with psycopg.connect(maintenance, autocommit=True) as connection:
+        connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+        if create:
+            connection.execute(sql.SQL("CREATE DATABASE {}").format(name))

@@ -26,12 +26,12 @@ from django.conf import settings
 import testbed
 from testbed import ROOT, free_port
 
-__all__ = ["ROOT", "BrokerProcess", "RedisServer", "SSEClient", "free_port", "test_database_url"]
+__all__ = ["ROOT", "BrokerProcess", "RedisServer", "SSEClient", "free_port", "suite_database_url"]
 
 ARTIFACTS = ROOT / "test-artifacts"
 
 
-def test_database_url() -> str:
+def suite_database_url() -> str:
     """A DATABASE_URL pointing at the database the tests run against."""
     db = settings.DATABASES["default"]
     if db["ENGINE"] == "django.db.backends.sqlite3":
@@ -51,7 +51,11 @@ class BrokerProcess(testbed.Server):
         self, *, env: dict[str, str] | None = None, port: int | None = None, kind="uvicorn-asgi"
     ) -> None:
         self.extra_env = env or {}
-        full_env = {**os.environ, "DATABASE_URL": test_database_url(), "HIKYAKU_LOG_FORMAT": "text"}
+        full_env = {
+            **os.environ,
+            "DATABASE_URL": suite_database_url(),
+            "HIKYAKU_LOG_FORMAT": "text",
+        }
         super().__init__(
             env={**full_env, **self.extra_env}, kind=kind, port=port, log_dir=ARTIFACTS
         )

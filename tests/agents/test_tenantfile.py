@@ -380,10 +380,10 @@ def test_the_real_command_exits_1_with_one_line_per_problem_on_stderr(tenant, tm
     import subprocess
     import sys
 
-    from tests.live import ROOT, test_database_url
+    from tests.live import ROOT, suite_database_url
 
     def manage(*args: str) -> subprocess.CompletedProcess:
-        env = {**os.environ, "DATABASE_URL": test_database_url()}
+        env = {**os.environ, "DATABASE_URL": suite_database_url()}
         return subprocess.run(
             [sys.executable, "manage.py", "tenantfile", *args],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,

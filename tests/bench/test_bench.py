@@ -20,11 +20,11 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit, urlunsplit
 
-import psycopg
 import pytest
 from django.db import connection
 from django.middleware.csrf import CsrfViewMiddleware
 
+import testbed
 from bench import a2a, load, report
 from bench.phases import PhaseResult
 
@@ -217,13 +217,11 @@ def test_the_micro_benchmark_runs_to_its_table():
     """`python -m bench.micro` as a reader runs it: a scratch database of its own, thousands of
     requests from one key and one tenant (the limiters must not trip), the table at the end."""
     suite_url = urlsplit(os.environ["DATABASE_URL"])
-    name = f"hikyaku_micro_{uuid.uuid4().hex[:8]}"
-    admin = urlunsplit(suite_url._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as db:
-        db.execute(f'CREATE DATABASE "{name}"')
+    scratch = urlunsplit(suite_url._replace(path=f"/hikyaku_micro_{uuid.uuid4().hex[:8]}"))
+    testbed.recreate_database(scratch)
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HIKYAKU_", "REDIS_"))}
-        env["DATABASE_URL"] = urlunsplit(suite_url._replace(path=f"/{name}"))
+        env["DATABASE_URL"] = scratch
         # Limits its few requests exceed, standing for the defaults its thousands exceed.
         env["HIKYAKU_RATE_LIMIT_PER_MINUTE"] = env["HIKYAKU_TENANT_RATE_LIMIT_PER_MINUTE"] = "5"
         done = subprocess.run(
@@ -239,5 +237,4 @@ def test_the_micro_benchmark_runs_to_its_table():
         assert any(line.startswith("send, per message") for line in table), done.stdout
         assert any(line.startswith("poll+ack, per message") for line in table), done.stdout
     finally:
-        with psycopg.connect(admin, autocommit=True) as db:
-            db.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        testbed.recreate_database(scratch, create=False)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.live import ROOT, BrokerProcess, test_database_url
+from tests.live import ROOT, BrokerProcess, suite_database_url
 
 BIN = Path(sys.executable).parent
 HIKYAKU = str(BIN / "hikyaku")
@@ -68,7 +68,7 @@ def create_api_key(tenant: str) -> str:
     result = subprocess.run(
         [sys.executable, "manage.py", "createapikey", "--create", "--tenant", tenant, "--json"],
         cwd=ROOT,
-        env=base_env(DATABASE_URL=test_database_url()),
+        env=base_env(DATABASE_URL=suite_database_url()),
         capture_output=True,
         text=True,
         timeout=60,

@@ -17,7 +17,7 @@ from testbed import free_port
 from tests.client.conftest import HIKYAKU, LIVE_DB, Agent, stream_available
 from tests.client.proxy import CuttableProxy
 from tests.client.test_mcp import call, over_stdio
-from tests.live import test_database_url
+from tests.live import suite_database_url
 from tests.ops.processes import base_env as ops_env
 from tests.ops.processes import granian_wsgi, running
 
@@ -238,7 +238,7 @@ def test_watch_against_a_web_process_stops_with_one_error_saying_where_streams_a
     bob = register("bob")
     port = free_port()
     web = granian_wsgi(port)
-    env = ops_env(DATABASE_URL=test_database_url())
+    env = ops_env(DATABASE_URL=suite_database_url())
     with running(
         web, env=env, log=tmp_path / "web.log", ready_url=f"http://127.0.0.1:{port}/healthz"
     ):

@@ -8,6 +8,7 @@ import uuid
 import httpx
 import pytest
 
+import testbed
 from agents import services as agent_services
 from messaging import services as messaging_services
 from messaging.parties import Sender
@@ -387,17 +388,15 @@ def test_streams_survive_their_database_connections_being_killed(broker, alice, 
             (pids,) = cursor.fetchone()
             assert pids
             cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) pid", [pids])
+
             # pg_terminate_backend only signals: the connections are gone (what a restart
             # leaves) once their backends have exited. A call racing the exit itself gets
             # the 503 any outage gets (docs/ARCHITECTURE.md, stream DB threads).
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
+            def exited() -> bool:
                 cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [pids])
-                if cursor.fetchone()[0] == 0:
-                    break
-                time.sleep(0.02)
-            else:
-                pytest.fail(f"backends {pids} did not exit")
+                return cursor.fetchone()[0] == 0
+
+            testbed.wait_until(exited, timeout=10, interval=0.02, what=f"backends {pids} to exit")
         send(broker, alice, bob.id, "after")
         assert texts([stream.next()]) == ["after"]
     finally:

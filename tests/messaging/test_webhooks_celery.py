@@ -63,7 +63,7 @@ def worker(django_db_setup, django_db_blocker, celery_env) -> Iterator[Celery]:
     env = {
         **os.environ,
         **celery_env,
-        "DATABASE_URL": live.test_database_url(),
+        "DATABASE_URL": live.suite_database_url(),
         "HIKYAKU_LOG_FORMAT": "text",
     }
     queue = celery_env["CELERY_TASK_DEFAULT_QUEUE"]

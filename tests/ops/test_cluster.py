@@ -11,8 +11,8 @@ import psycopg
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
-from psycopg import sql
 
+from testbed import recreate_database
 from tests.backends import postgres_suite_only
 from tests.ops.processes import BIN, REPO, base_env, free_ports
 
@@ -27,19 +27,11 @@ def cluster_urls() -> tuple[str, str]:
     return database, os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/3"
 
 
-def drop_database(url: str) -> None:
-    parts = urlsplit(url)
-    maintenance = urlunsplit(parts._replace(scheme="postgresql", path="/postgres"))
-    with psycopg.connect(maintenance, autocommit=True) as connection:
-        name = sql.Identifier(parts.path.lstrip("/"))
-        connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
-
-
 @pytest.fixture
 def cluster_env(tmp_path):
     database, redis_url = cluster_urls()
     try:
-        drop_database(database)
+        recreate_database(database, create=False)
         redis.Redis.from_url(redis_url, socket_connect_timeout=2).ping()
     except (psycopg.OperationalError, redis.ConnectionError) as exc:
         pytest.skip(f"needs the machine's Postgres and Redis on 127.0.0.1: {exc}")
@@ -55,7 +47,7 @@ def cluster_env(tmp_path):
     )
     yield env
     cluster("stop", env)
-    drop_database(database)
+    recreate_database(database, create=False)
 
 
 def cluster(command: str, env: dict) -> subprocess.CompletedProcess:

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from testbed import recreate_database
 from tests.backends import postgres_suite_only
 from tests.ops.processes import REPO, base_env, manage
 
@@ -35,15 +36,6 @@ def database_url(suffix: str) -> str:
 
 def libpq(url: str) -> str:
     return urlunsplit(urlsplit(url)._replace(scheme="postgresql"))
-
-
-def recreate(url: str, *, create: bool = True) -> None:
-    parts = urlsplit(url)
-    name = sql.Identifier(parts.path.lstrip("/"))
-    with psycopg.connect(libpq(urlunsplit(parts._replace(path="/postgres"))), autocommit=True) as c:
-        c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
-        if create:
-            c.execute(sql.SQL("CREATE DATABASE {}").format(name))
 
 
 def snapshot(url: str) -> dict:
@@ -73,13 +65,13 @@ def snapshot(url: str) -> dict:
 def databases():
     source, target = database_url("_dump_src"), database_url("_dump_dst")
     try:
-        recreate(source)
+        recreate_database(source)
     except psycopg.OperationalError as exc:
         pytest.skip(f"needs the machine's Postgres on 127.0.0.1: {exc}")
-    recreate(target, create=False)
+    recreate_database(target, create=False)
     yield source, target
-    recreate(source, create=False)
-    recreate(target, create=False)
+    recreate_database(source, create=False)
+    recreate_database(target, create=False)
 
 
 @postgres_suite_only("the README's pg_dump/pg_restore procedure, on databases of its own")
@@ -99,7 +91,7 @@ def test_pg_dump_and_pg_restore_round_trip_every_row_and_credential(databases, t
         [tool("pg_restore"), "--list", str(dump)], check=True, capture_output=True, text=True
     )
     assert "TABLE DATA public tenants_apikey" in listing.stdout
-    recreate(target)
+    recreate_database(target)
     subprocess.run(
         [tool("pg_restore"), "--no-owner", "--exit-on-error", "-d", libpq(target), str(dump)],
         check=True,

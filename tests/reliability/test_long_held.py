@@ -74,7 +74,7 @@ def cluster(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Cl
         CLUSTER_NGINX=NGINX,
         CLUSTER_WEB_PORTS=f"{web1},{web2}",
         CLUSTER_STREAM_PORT=str(stream),
-        DATABASE_URL=live.test_database_url(),
+        DATABASE_URL=live.suite_database_url(),
         REDIS_URL=redis.url,
         CELERY_BROKER_URL=redis.url,
         # Longer than any scenario, so a held send is held until its agent answers.

@@ -62,7 +62,7 @@ def test_sends_succeed_while_redis_is_dead(tenant, kind):
     recipients = [factories.agent(tenant, name=f"recipient-{i}") for i in range(4)]
     server = Server(
         kind=kind,
-        database_url=live.test_database_url(),
+        database_url=live.suite_database_url(),
         env={
             "REDIS_URL": redis.url,
             "HIKYAKU_RATE_LIMIT_PER_MINUTE": "100000",
@@ -131,7 +131,7 @@ def stream_cluster(tenant, redis: PrivateRedis) -> tuple[Server, Server]:
         "HIKYAKU_TENANT_RATE_LIMIT_PER_MINUTE": "100000",
         "HIKYAKU_STREAM_SCAN_SECONDS": str(SCAN_SECONDS),
     }
-    database_url = live.test_database_url()
+    database_url = live.suite_database_url()
     stream = Server(kind="uvicorn-asgi", database_url=database_url, env=env).start()
     web = Server(kind="granian-wsgi", database_url=database_url, env=env).start()
     return stream, web
@@ -378,7 +378,7 @@ def test_a_celery_worker_killed_mid_webhook_delivery_is_retried(tenant):
     alice = factories.agent(tenant, name="alice")
     bob = factories.agent(tenant, name="bob", webhook_url=receiver.url)
     env = {
-        "DATABASE_URL": live.test_database_url(),
+        "DATABASE_URL": live.suite_database_url(),
         "REDIS_URL": redis.url,
         "CELERY_BROKER_URL": redis.url,
         "HIKYAKU_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1",

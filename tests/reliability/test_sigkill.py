@@ -82,7 +82,7 @@ def run_with_kills(server: Server, load: SendLoad, kill_at: tuple[int, ...], com
 def test_sigkill_mid_load_loses_and_duplicates_nothing(tenant, kind):
     senders = [factories.agent(tenant, name=f"sender-{i}") for i in range(CLIENTS)]
     recipients = [factories.agent(tenant, name=f"recipient-{i}") for i in range(4)]
-    server = Server(kind=kind, database_url=live.test_database_url()).start()
+    server = Server(kind=kind, database_url=live.suite_database_url()).start()
     load = SendLoad(
         url=lambda: server.url,
         senders=[(a.id, a.token) for a in senders],
