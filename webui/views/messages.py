@@ -150,8 +150,8 @@ def _task_page(
     parties = messaging_selectors.acting_parties(tenant=ctx.tenant, task=task)
     if form is None:
         form = TaskActionForm(initial={"once": secrets.token_hex(16)}, parties=parties)
-    # A refused form keeps the person's words and its reason; the buttons are what `parties`
-    # leaves open now.
+    else:  # refused: the person's words and the reason stay, the buttons are what is open now
+        form.parties = parties
     context = {
         "section": "agents",
         "task": task,
