@@ -145,6 +145,9 @@ DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=
 # connection the server hung up on without a round trip (messaging/stream/db.py). Turn it on where that single failure matters more.
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("DATABASE_CONN_HEALTH_CHECKS", default=False)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Django's backend, whose writers in one process take turns on a lock instead of in
+    # SQLite's sleeping busy handler (hikyaku/sqlite3/base.py).
+    DATABASES["default"]["ENGINE"] = "hikyaku.sqlite3"
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,

@@ -47,7 +47,7 @@ class RestoreResult:
 
 def sqlite_path(database: dict) -> Path | None:
     """The file of a Django DATABASES entry, or None when it is not an SQLite file."""
-    if database.get("ENGINE") != "django.db.backends.sqlite3":
+    if not database.get("ENGINE", "").endswith("sqlite3"):
         return None
     name = str(database.get("NAME") or "")
     if not name or name == ":memory:" or name.startswith("file:"):

@@ -34,7 +34,7 @@ ARTIFACTS = ROOT / "test-artifacts"
 def suite_database_url() -> str:
     """A DATABASE_URL pointing at the database the tests run against."""
     db = settings.DATABASES["default"]
-    if db["ENGINE"] == "django.db.backends.sqlite3":
+    if db["ENGINE"].endswith("sqlite3"):
         return f"sqlite:///{db['NAME']}"
     user = db.get("USER") or "postgres"
     password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""

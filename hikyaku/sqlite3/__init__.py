@@ -1,0 +1,1 @@
+"""The embedded default's database backend (hikyaku/sqlite3/base.py)."""
