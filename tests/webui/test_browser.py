@@ -28,6 +28,21 @@ def sign_up(ui, email: str) -> None:
     page.wait_for_url("**/ui/")
 
 
+def tenant_with_key(ui, email: str, tenant: str, prefix: str, label: str = "") -> tuple[str, str]:
+    """Sign up, create a tenant (its creator lands on its keys page) and a key: the tenant's
+    slug (`prefix` and six random characters) and the key."""
+    page = ui.page
+    sign_up(ui, email)
+    page.fill("input[name=name]", tenant)
+    page.get_by_role("button", name="Create tenant").click()
+    page.wait_for_url(re.compile(rf".*/ui/t/{prefix}-[a-z0-9]{{6}}/keys/$"))
+    slug = page.url.split("/ui/t/")[1].split("/")[0]
+    if label:
+        page.fill("input[name=label]", label)
+    page.get_by_role("button", name="Create key").click()
+    return slug, page.get_by_test_id("new-api-key").inner_text().strip()
+
+
 def register_agent(base_url: str, key: str, name: str, description: str) -> dict:
     response = httpx.post(
         f"{base_url}/api/v1/agents",
@@ -216,14 +231,9 @@ def test_the_landing_page_says_what_hikyaku_is(browser_session):
 
 def test_the_ui_works_on_a_phone(phone_session, browser_session):
     # Set up as the desktop user, then look at the same pages on a phone.
-    sign_up(browser_session, "hopper@example.com")
-    desktop = browser_session.page
-    desktop.fill("input[name=name]", "Mobile Lab")
-    desktop.get_by_role("button", name="Create tenant").click()
-    desktop.wait_for_url(re.compile(r".*/ui/t/mobile-lab-[a-z0-9]{6}/keys/$"))
-    slug = desktop.url.split("/ui/t/")[1].split("/")[0]
-    desktop.get_by_role("button", name="Create key").click()
-    raw_key = desktop.get_by_test_id("new-api-key").inner_text().strip()
+    slug, raw_key = tenant_with_key(
+        browser_session, "hopper@example.com", "Mobile Lab", "mobile-lab"
+    )
     for name in ("scout", "builder", "reviewer"):
         register_agent(browser_session.base_url, raw_key, name, f"The {name} of the lab")
 
@@ -251,14 +261,7 @@ def test_inbox_and_task_pages_update_live_without_reload(browser_session):
     """Bob's inbox is open in one tab; alice sends from another tab and the row appears in
     bob's without a reload. Bob acks over JSON-RPC and the open task page turns Completed."""
     ui, page = browser_session, browser_session.page
-    sign_up(ui, "lin@example.com")
-    page.fill("input[name=name]", "Live Co")
-    page.get_by_role("button", name="Create tenant").click()
-    page.wait_for_url(re.compile(r".*/ui/t/live-co-[a-z0-9]{6}/keys/$"))
-    slug = page.url.split("/ui/t/")[1].split("/")[0]
-    page.fill("input[name=label]", "live")
-    page.get_by_role("button", name="Create key").click()
-    raw_key = page.get_by_test_id("new-api-key").inner_text().strip()
+    slug, raw_key = tenant_with_key(ui, "lin@example.com", "Live Co", "live-co", label="live")
     alice = register_agent(ui.base_url, raw_key, "alice", "Sends")
     bob = register_agent(ui.base_url, raw_key, "bob", "Receives")
 
@@ -336,13 +339,7 @@ def test_a_person_answers_and_completes_a_task_from_its_page(browser_session):
     then completes the task for bob. A live update arriving while they type keeps their
     words; the agents see the person's actions through the API."""
     ui, page = browser_session, browser_session.page
-    sign_up(ui, "mo@example.com")
-    page.fill("input[name=name]", "Hands On")
-    page.get_by_role("button", name="Create tenant").click()
-    page.wait_for_url(re.compile(r".*/ui/t/hands-on-[a-z0-9]{6}/keys/$"))
-    slug = page.url.split("/ui/t/")[1].split("/")[0]
-    page.get_by_role("button", name="Create key").click()
-    raw_key = page.get_by_test_id("new-api-key").inner_text().strip()
+    slug, raw_key = tenant_with_key(ui, "mo@example.com", "Hands On", "hands-on")
     alice = register_agent(ui.base_url, raw_key, "alice", "Asks for work")
     bob = register_agent(ui.base_url, raw_key, "bob", "Does the work")
     sent = rpc(
