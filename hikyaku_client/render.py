@@ -341,7 +341,9 @@ def events_table(events: list[dict[str, Any]], task: dict[str, Any]):
     for event in events:
         actor = event.get("actor") or event.get("actor_agent_id") or ""
         if isinstance(actor, dict):
-            actor = agent_label(actor.get("agent_id") or actor.get("id"), actor.get("name"))
+            person = actor.get("person")  # someone who acted for the agent from the web UI
+            label = agent_label(actor.get("agent_id") or actor.get("id"), actor.get("name"))
+            actor = f"{person} for {label}" if person else label
         elif actor in names:
             actor = agent_label(actor, names[actor])
         before = state

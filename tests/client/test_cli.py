@@ -605,3 +605,26 @@ def test_a_mistyped_agent_token_is_named_as_such(client_broker):
     assert result.returncode == 1
     one_error_line(result, "Invalid agent token")
     assert "API key" not in result.stderr
+
+
+def test_thread_names_a_person_who_acted_for_an_agent(register):
+    """A person's action from the web UI reads as theirs in `hikyaku thread`."""
+    from agents.models import Agent as AgentRow
+    from messaging.parties import Sender
+    from messaging.services import act_on_task
+
+    alice, bob = register("alice"), register("bob")
+    task_id = alice.run_json("send", "--to", bob.agent_id, "--text", "Deploy it")["task"]["id"]
+    row = AgentRow.objects.select_related("tenant").get(pk=bob.agent_id)
+    act_on_task(
+        sender=Sender(tenant=row.tenant, agent=row, person="ann@example.com"),
+        task_id=task_id,
+        action="accept",
+        message={"messageId": "web-accept-1", "parts": []},
+    )
+    thread = alice.run("thread", task_id)
+    assert thread.returncode == 0, thread.stderr
+    accept = next(line for line in thread.stdout.splitlines() if " accept " in line)
+    assert f"ann@example.com for bob ({bob.agent_id[:8]})" in accept
+    events = alice.run_json("thread", task_id)["events"]
+    assert events[-1]["actor"]["person"] == "ann@example.com"
