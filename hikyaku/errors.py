@@ -140,12 +140,19 @@ def error_response(error: HikyakuError) -> JsonResponse:
     return response
 
 
+# Seconds a client waits before retrying after a 503: a database restart or failover is
+# usually over within seconds (docs/PROTOCOL.md §3).
+UNAVAILABLE_RETRY_AFTER = 1
+
+
 def error_headers(error: HikyakuError) -> list[tuple[str, str]]:
     """The headers an error implies, on any surface and any server."""
     if isinstance(error, Unauthenticated):
         return [("WWW-Authenticate", 'Bearer realm="hikyaku"')]
     if isinstance(error, RateLimited) and error.details:
         return [("Retry-After", str(error.details.get("retry_after", 60)))]
+    if isinstance(error, ServiceUnavailable):
+        return [("Retry-After", str(UNAVAILABLE_RETRY_AFTER))]
     return []
 
 

@@ -226,4 +226,5 @@ def error_answer(request_id: Any, exc: HikyakuError | DatabaseError, *, method: 
         )
         return Answer(200, response(request_id, from_domain(error)), [])
     log.warning("database unavailable during %s: %s", method, exc.__class__.__name__)
-    return Answer(503, response(request_id, from_domain(ServiceUnavailable())), [])
+    error = ServiceUnavailable()
+    return Answer(503, response(request_id, from_domain(error)), error_headers(error))

@@ -108,6 +108,8 @@ class Reader(threading.Thread):
             assert_no_traceback(response.content)
             body = response.json()
             if response.status_code == 503:
+                if name != "readyz":  # a client is told to try again shortly
+                    assert response.headers["Retry-After"] == "1", dict(response.headers)
                 if name == "rpc":
                     assert body["error"]["code"] == -32603, body
                     assert "temporarily unavailable" in body["error"]["message"], body
