@@ -26,17 +26,10 @@ class EventOut(serializers.Serializer):
     def get_actor(self, event) -> dict:
         """The acting agent (`name`: its name, else the external caller's label, else
         "system"), and the person who acted for it from the web UI (else null)."""
+        person = person_of(event.actor_label) or None
         if event.actor_id:
-            return {
-                "agent_id": str(event.actor_id),
-                "name": event.actor.name,
-                "person": person_of(event.actor_label) or None,
-            }
-        return {
-            "agent_id": None,
-            "name": actor_display(None, event.actor_label),
-            "person": person_of(event.actor_label) or None,
-        }
+            return {"agent_id": str(event.actor_id), "name": event.actor.name, "person": person}
+        return {"agent_id": None, "name": actor_display(None, event.actor_label), "person": person}
 
     def get_note(self, event) -> str:
         return "\n".join(p["text"] for p in event.payload.get("parts", []) if "text" in p)

@@ -232,9 +232,9 @@ def acting_parties(*, tenant: Any, task: Task) -> list[ActingParty]:
     found = []
     for agent in dict.fromkeys(a for a in turn if a is not None):
         if agent.is_active and policy.may_read(agent, task):
-            roles = frozenset(party_roles(Sender(tenant=tenant, agent=agent), task))
-            actions = lifecycle.open_to(phase, set(roles))
-            found.append(ActingParty(agent=agent, roles=roles, actions=actions))
+            roles = party_roles(Sender(tenant=tenant, agent=agent), task)
+            actions = lifecycle.open_to(phase, roles)
+            found.append(ActingParty(agent=agent, roles=frozenset(roles), actions=actions))
     return found
 
 

@@ -61,8 +61,8 @@ def stream_response(task: Task, event: TaskEvent, dialect: str = "1.0") -> dict[
         metadata["actorAgentId"] = str(event.actor_id)
     elif event.actor_label:
         metadata["actor"] = event.actor_label
-    if person_of(event.actor_label):
-        metadata["actorPerson"] = person_of(event.actor_label)
+    if person := person_of(event.actor_label):
+        metadata["actorPerson"] = person
     for key in ("fromAgentId", "toAgentId", "type"):
         if key in task.metadata:
             metadata[key] = task.metadata[key]

@@ -161,7 +161,6 @@ def _task_page(
             if task.type == Task.Type.BROADCAST_SUMMARY
             else []
         ),
-        "parties": parties,
         "action_form": form,
         "person": person(request),
     }
