@@ -5,6 +5,11 @@ tenant in the benchmark database, through the full middleware stack with Django'
 client, so no network or WSGI server is involved. Prints one JSON object: for every operation
 the number of SQL statements, the statements themselves (shortened), and the median CPU of
 the request in this process — the web-process share of the cost, attributable line by line.
+
+Two rows are not requests but the parts every request is built from, called directly:
+`authenticate_agent_token` (what authenticating an agent token costs, one statement) and
+`statement_round_trip` (`SELECT 1` through Django's cursor: the least any statement costs the
+web process, whatever it does). A request's CPU minus these says what is left to cut.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ def main() -> None:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
+    from agents.auth import authenticate_agent
     from bench import a2a
     from tenants import services as tenant_services
 
@@ -61,6 +67,20 @@ def main() -> None:
             "median_cpu_ms_in_process": round(statistics.median(cpu), 3),
         }
         return results
+
+    def direct(name: str, fn, repeat: int) -> None:
+        """Like `call`, for a function of this process rather than a request."""
+        cpu = []
+        for _ in range(repeat):
+            with CaptureQueriesContext(connection) as ctx:
+                t0 = _cpu_ms()
+                fn()
+                cpu.append(_cpu_ms() - t0)
+        out[name] = {
+            "queries": len(ctx.captured_queries),
+            "sql": [q["sql"][:160] for q in ctx.captured_queries],
+            "median_cpu_ms_in_process": round(statistics.median(cpu), 3),
+        }
 
     agents = []
     for i in range(20):
@@ -108,6 +128,19 @@ def main() -> None:
         return a2a.send_message(message_id=mid, destination="*", text=f"bench {mid} to *")
 
     call("broadcast_to_19", "/a2a/", bcast, alice["agent_token"], repeat=20)
+
+    def round_trip() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+
+    authorization = f"Bearer {alice['agent_token']}"
+    direct(
+        "authenticate_agent_token",
+        lambda: authenticate_agent(authorization=authorization, agent_id=None),
+        repeat=200,
+    )
+    direct("statement_round_trip", round_trip, repeat=200)
     print(json.dumps(out))
 
 
