@@ -44,23 +44,15 @@ def main() -> None:
     client = Client()
     out: dict[str, Any] = {}
 
-    def call(name: str, path: str, body: Any, token: str, repeat: int = 1) -> list[Any]:
-        """POST `body` (or bodies from a callable) `repeat` times; keep the last queries."""
+    def measure(name: str, fn, repeat: int) -> list[Any]:
+        """Run `fn(i)` `repeat` times: its results, and under `name` the queries of the last
+        run and the median CPU."""
         results, cpu = [], []
         for i in range(repeat):
-            payload = body(i) if callable(body) else body
             with CaptureQueriesContext(connection) as ctx:
                 t0 = _cpu_ms()
-                resp = client.post(
-                    path,
-                    data=json.dumps(payload),
-                    content_type="application/json",
-                    headers={"authorization": f"Bearer {token}", "a2a-version": "1.0"},
-                )
+                results.append(fn(i))
                 cpu.append(_cpu_ms() - t0)
-            if resp.status_code not in (200, 201):
-                raise SystemExit(f"{name}: HTTP {resp.status_code} {resp.content[:300]!r}")
-            results.append(resp.json())
         out[name] = {
             "queries": len(ctx.captured_queries),
             "sql": [q["sql"][:160] for q in ctx.captured_queries],
@@ -68,19 +60,22 @@ def main() -> None:
         }
         return results
 
-    def direct(name: str, fn, repeat: int) -> None:
-        """Like `call`, for a function of this process rather than a request."""
-        cpu = []
-        for _ in range(repeat):
-            with CaptureQueriesContext(connection) as ctx:
-                t0 = _cpu_ms()
-                fn()
-                cpu.append(_cpu_ms() - t0)
-        out[name] = {
-            "queries": len(ctx.captured_queries),
-            "sql": [q["sql"][:160] for q in ctx.captured_queries],
-            "median_cpu_ms_in_process": round(statistics.median(cpu), 3),
-        }
+    def call(name: str, path: str, body: Any, token: str, repeat: int = 1) -> list[Any]:
+        """POST `body` (or bodies from a callable) `repeat` times; keep the last queries."""
+
+        def post(i: int):
+            return client.post(
+                path,
+                data=json.dumps(body(i) if callable(body) else body),
+                content_type="application/json",
+                headers={"authorization": f"Bearer {token}", "a2a-version": "1.0"},
+            )
+
+        responses = measure(name, post, repeat)
+        for resp in responses:
+            if resp.status_code not in (200, 201):
+                raise SystemExit(f"{name}: HTTP {resp.status_code} {resp.content[:300]!r}")
+        return [resp.json() for resp in responses]
 
     agents = []
     for i in range(20):
@@ -129,18 +124,18 @@ def main() -> None:
 
     call("broadcast_to_19", "/a2a/", bcast, alice["agent_token"], repeat=20)
 
-    def round_trip() -> None:
+    def round_trip(_: int) -> None:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
             cursor.fetchone()
 
     authorization = f"Bearer {alice['agent_token']}"
-    direct(
+    measure(
         "authenticate_agent_token",
-        lambda: authenticate_agent(authorization=authorization, agent_id=None),
+        lambda _: authenticate_agent(authorization=authorization, agent_id=None),
         repeat=200,
     )
-    direct("statement_round_trip", round_trip, repeat=200)
+    measure("statement_round_trip", round_trip, repeat=200)
     print(json.dumps(out))
 
 
