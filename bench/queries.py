@@ -44,14 +44,14 @@ def main() -> None:
     client = Client()
     out: dict[str, Any] = {}
 
-    def measure(name: str, fn, repeat: int) -> list[Any]:
-        """Run `fn(i)` `repeat` times: its results, and under `name` the queries of the last
-        run and the median CPU."""
+    def measure(name: str, fn, inputs: list[Any]) -> list[Any]:
+        """`fn` of each input (made beforehand, so that it is not counted): the results, and
+        under `name` the queries of the last call and the median CPU."""
         results, cpu = [], []
-        for i in range(repeat):
+        for value in inputs:
             with CaptureQueriesContext(connection) as ctx:
                 t0 = _cpu_ms()
-                results.append(fn(i))
+                results.append(fn(value))
                 cpu.append(_cpu_ms() - t0)
         out[name] = {
             "queries": len(ctx.captured_queries),
@@ -63,15 +63,16 @@ def main() -> None:
     def call(name: str, path: str, body: Any, token: str, repeat: int = 1) -> list[Any]:
         """POST `body` (or bodies from a callable) `repeat` times; keep the last queries."""
 
-        def post(i: int):
+        def post(data: str):
             return client.post(
                 path,
-                data=json.dumps(body(i) if callable(body) else body),
+                data=data,
                 content_type="application/json",
                 headers={"authorization": f"Bearer {token}", "a2a-version": "1.0"},
             )
 
-        responses = measure(name, post, repeat)
+        payloads = [json.dumps(body(i) if callable(body) else body) for i in range(repeat)]
+        responses = measure(name, post, payloads)
         for resp in responses:
             if resp.status_code not in (200, 201):
                 raise SystemExit(f"{name}: HTTP {resp.status_code} {resp.content[:300]!r}")
@@ -124,7 +125,7 @@ def main() -> None:
 
     call("broadcast_to_19", "/a2a/", bcast, alice["agent_token"], repeat=20)
 
-    def round_trip(_: int) -> None:
+    def round_trip(_: None) -> None:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
             cursor.fetchone()
@@ -133,9 +134,9 @@ def main() -> None:
     measure(
         "authenticate_agent_token",
         lambda _: authenticate_agent(authorization=authorization, agent_id=None),
-        repeat=200,
+        [None] * 200,
     )
-    measure("statement_round_trip", round_trip, repeat=200)
+    measure("statement_round_trip", round_trip, [None] * 200)
     print(json.dumps(out))
 
 
