@@ -101,7 +101,7 @@ class Config:
         commands["stream"] = [
             str(BIN / "uvicorn"), "hikyaku.asgi:application", "--host", self.host,
             "--port", str(self.stream_port), "--no-access-log",
-            "--timeout-graceful-shutdown", "10",
+            "--timeout-graceful-shutdown", "10", "--timeout-keep-alive", "30",
         ]  # fmt: skip
         commands["worker"] = [
             str(BIN / "celery"), "-A", "hikyaku", "worker", "--loglevel", "INFO",

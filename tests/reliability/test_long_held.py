@@ -155,6 +155,12 @@ class BlockingSend:
             self.error = exc
         self.answered_at = time.monotonic()
 
+    def answer(self) -> str:
+        """What the send was answered, for a failure's message."""
+        if self.error is not None:
+            return f"{self.text}: {self.error!r}"
+        return f"{self.text}: {self.response.status_code} {self.response.text[:300]}"
+
     def result(self, timeout: float) -> dict:
         self.thread.join(timeout)
         assert self.answered_at is not None, f"{self.text}: no answer in {timeout}s"
@@ -163,16 +169,23 @@ class BlockingSend:
         return self.response.json()["result"]
 
 
-def stored(texts: list[str], timeout: float = 15) -> dict[str, Task]:
-    """The task each text was delivered as, once all are stored; exactly one each."""
+def stored(sends: list[BlockingSend], timeout: float = 30) -> dict[str, Task]:
+    """The task each held send was delivered as, once all are stored; exactly one each. A send
+    that is answered instead (an error, say) fails the test at once with what it answered."""
+    texts = [s.text for s in sends]
     deadline = time.monotonic() + timeout
     while True:
         tasks = list(Task.objects.filter(message__parts__0__text__in=texts))
-        if len(tasks) >= len(texts) or time.monotonic() > deadline:
+        answered = [s for s in sends if s.answered_at is not None]
+        if len(tasks) >= len(texts) or answered or time.monotonic() > deadline:
             break
         time.sleep(0.1)
     found = [t.message["parts"][0]["text"] for t in tasks]
-    assert sorted(found) == sorted(texts), f"stored {len(found)} of {len(texts)}"
+    assert sorted(found) == sorted(texts) and not answered, (
+        f"stored {len(found)} of {len(texts)} in {timeout}s; "
+        f"missing {sorted(set(texts) - set(found))}; "
+        f"answered before their agent did: {[s.answer() for s in answered]}"
+    )
     return {t.message["parts"][0]["text"]: t for t in tasks}
 
 
@@ -243,7 +256,7 @@ def test_blocking_sends_to_an_agent_hold_no_web_thread(cluster, tenant):
     other = factories.agent(factories.tenant("globex"), name="mallory")
     url = f"{cluster.proxy}/a2a/agents/{bob.id}/"
     sends = [BlockingSend(url, f"blocking {n}", alice) for n in range(10)]
-    tasks = stored([s.text for s in sends])
+    tasks = stored(sends)
     web_tier_answers(cluster, other)
     assert all(s.answered_at is None for s in sends)
     for web in cluster.webs:  # straight to a web process: refused before anything is written
@@ -269,7 +282,7 @@ def test_anonymous_blocking_sends_to_a_published_agent_leave_both_web_ports_up(c
     other = factories.agent(factories.tenant("globex"), name="mallory")
     url = f"{cluster.proxy}/a2a/agents/{bob.id}/"
     sends = [BlockingSend(url, f"anonymous {n}", None) for n in range(10)]
-    tasks = stored([s.text for s in sends])
+    tasks = stored(sends)
     web_tier_answers(cluster, other)
     assert all(s.answered_at is None for s in sends)
     for task in tasks.values():
@@ -450,7 +463,7 @@ def test_fifty_held_streams_and_blocking_sends_leave_other_tenants_fast(cluster,
     ]
     url = f"{cluster.proxy}/a2a/agents/{bob.id}/"
     blocking = [BlockingSend(url, f"blocking from {s.model.name}", s) for s in senders[25:35]]
-    stored([b.text for b in blocking])
+    stored(blocking)
     streams = inboxes + subscribed + streaming
     assert len(streams) + len(blocking) == 50
     try:
@@ -507,7 +520,7 @@ def test_twenty_anonymous_blocking_sends_leave_other_tenants_fast(cluster, tenan
     others = other_tenants(4)
     before = baseline(cluster, others)
     blocking = [BlockingSend(url, f"anonymous {n}", None) for n in range(20)]
-    tasks = stored([b.text for b in blocking])
+    tasks = stored(blocking)
     figures = measure_while_held(
         cluster, others, lambda: all(b.answered_at is None for b in blocking), before
     )
