@@ -9,6 +9,7 @@ of two fake upstreams to prove the routing and that streams are not buffered.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -18,6 +19,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -214,18 +217,57 @@ def migrated_env(tmp_path_factory):
     return env
 
 
-@pytest.mark.parametrize("name", ["web", "stream"])
-def test_the_web_and_stream_commands_serve_the_broker(name, migrated_env, tmp_path):
+@contextmanager
+def serving(name: str, env: dict[str, str], log: Path) -> Iterator[int]:
+    """The compose service's own command on a free loopback port; yields the port."""
     port = free_port()
     argv = [interpolate(part) for part in SERVICES[name]["command"]]
     argv[argv.index("0.0.0.0")] = "127.0.0.1"
     argv[argv.index(SERVICES[name]["expose"][0])] = str(port)
-    env = migrated_env
-    url = f"http://127.0.0.1:{port}"
-    with running(local(argv), env=env, log=tmp_path / "server.log", ready_url=f"{url}/readyz"):
+    with running(local(argv), env=env, log=log, ready_url=f"http://127.0.0.1:{port}/readyz"):
+        yield port
+
+
+@pytest.mark.parametrize("name", ["web", "stream"])
+def test_the_web_and_stream_commands_serve_the_broker(name, migrated_env, tmp_path):
+    with serving(name, migrated_env, tmp_path / "server.log") as port:
+        url = f"http://127.0.0.1:{port}"
         assert httpx.get(f"{url}/readyz").json()["status"] == "ok"
         card = httpx.get(f"{url}/.well-known/agent-card.json")
         assert card.status_code == 200 and card.json()["name"] == "Hikyaku"
+
+
+def upstream_keepalive_seconds() -> int:
+    """How long nginx keeps an idle connection to a server: the same in every upstream."""
+    blocks = re.findall(r"upstream \w+ \{([^}]*)\}", NGINX_CONF)
+    timeouts = {re.search(r"keepalive_timeout (\d+)s;", block)[1] for block in blocks}
+    assert len(blocks) == 2 and len(timeouts) == 1, blocks
+    return int(timeouts.pop())
+
+
+def test_the_servers_keep_idle_connections_longer_than_the_proxy(migrated_env, tmp_path):
+    """nginx must be the one to close an idle connection to a server: a request it writes to a
+    connection the server is closing fails, and nginx resends no POST, so a send would come
+    back as a 502 (docs/ARCHITECTURE.md, Serving topology). Both servers, run with their
+    compose commands, still answer on a connection left idle past nginx's timeout."""
+    idle = upstream_keepalive_seconds() + 1
+    with ExitStack() as stack:
+        connections = {}
+        for name in ("web", "stream"):
+            port = stack.enter_context(serving(name, migrated_env, tmp_path / f"{name}.log"))
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            stack.callback(connection.close)
+            connection.request("GET", "/readyz")
+            assert connection.getresponse().read() and connection.sock is not None
+            connections[name] = (connection, connection.sock)
+        time.sleep(idle)
+        for name, (connection, sock) in connections.items():
+            try:
+                connection.request("GET", "/readyz")  # on the same socket: no reconnect
+                status = connection.getresponse().status
+            except (http.client.RemoteDisconnected, ConnectionError) as error:
+                raise AssertionError(f"{name} closed a connection idle for {idle} s") from error
+            assert (status, connection.sock) == (200, sock), name
 
 
 # --- nginx ------------------------------------------------------------------------------------
