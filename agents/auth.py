@@ -12,7 +12,9 @@ tenant: `authenticate_peer_caller` names them (docs/PEERS.md).
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -59,6 +61,12 @@ class AgentIdentity:
     agent: Agent
     api_key: ApiKey | None  # set for the compat identity, None for an agent token
     credential_hash: str  # what re-validation (open streams) checks again
+    # The tenant's policy revision when the identity was read (with it): `still_current_sql`
+    # notices a policy change since.
+    revision: int = 0
+    # Recalled from this process's identity cache rather than read now: nothing may be
+    # written for it that does not check `still_current_sql` in the same statement.
+    recalled: bool = False
 
     @property
     def via_token(self) -> bool:
@@ -94,8 +102,8 @@ def authenticate_key(authorization: str | None) -> ApiKey:
     api_key = _first_with_tenant(
         ApiKey,
         KEY_FIELDS,
-        f"SELECT {rows.select_list(ApiKey, KEY_FIELDS)}, t.name, t.slug, t.require_agent_tokens"
-        " FROM tenants_apikey JOIN tenants_tenant t ON t.id = tenants_apikey.tenant_id"
+        f"SELECT {rows.select_list(ApiKey, KEY_FIELDS)}, t.name, t.slug, t.require_agent_tokens,"
+        " t.policy_revision FROM tenants_apikey JOIN tenants_tenant t ON t.id = tenants_apikey.tenant_id"
         " WHERE key_hash = %s",
         [hash_secret(raw)],
     )
@@ -120,7 +128,7 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
             Agent,
             IDENTITY_FIELDS,
             f"SELECT {rows.select_list(Agent, IDENTITY_FIELDS)}, t.name, t.slug,"
-            " t.require_agent_tokens FROM agents_agent JOIN tenants_tenant t"
+            " t.require_agent_tokens, t.policy_revision FROM agents_agent JOIN tenants_tenant t"
             " ON t.id = agents_agent.tenant_id WHERE agents_agent.token_hash = %s"
             f" AND agents_agent.status = %s AND {TOKEN_KEY_ACTIVE.format(agent='agents_agent')}",
             [token_hash, Agent.Status.ACTIVE, rows.prep(ApiKey, "expires_at", timezone.now())],
@@ -136,9 +144,15 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
             raise Unauthenticated("X-Agent-Id does not match the agent token.")
         check_credential_rate(token_hash, tenant_id=agent.tenant_id)
         _touch_agent(agent)
-        return AgentIdentity(
-            tenant=agent.tenant, agent=agent, api_key=None, credential_hash=token_hash
+        identity = AgentIdentity(
+            tenant=agent.tenant,
+            agent=agent,
+            api_key=None,
+            credential_hash=token_hash,
+            revision=agent.tenant.policy_revision,
         )
+        _remember((token_hash, claimed_id), identity)
+        return identity
 
     api_key = authenticate_key(authorization)
     if api_key.tenant.require_agent_tokens:
@@ -160,8 +174,98 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
         raise Unauthenticated("Unknown or inactive agent for this API key.")
     agent.tenant = api_key.tenant
     _touch_agent(agent)
+    identity = AgentIdentity(
+        tenant=api_key.tenant,
+        agent=agent,
+        api_key=api_key,
+        credential_hash=api_key.key_hash,
+        revision=api_key.tenant.policy_revision,
+    )
+    _remember((api_key.key_hash, claimed_id), identity)
+    return identity
+
+
+# The identity cache (docs/ARCHITECTURE.md, "Credentials"): what authentication established,
+# per credential and claimed agent id, so that a send need not read it again. A recalled
+# identity is never trusted on its own: the write it makes checks `still_current_sql` in
+# the same statement, and a write that finds it no longer current writes nothing and
+# raises `Unverified`, after which the request authenticates afresh (and gets its 401).
+# A process's cache therefore cannot outlive a revocation made by any other process.
+CACHE_SIZE = 10_000
+_cache: OrderedDict[tuple[str, uuid.UUID | None], AgentIdentity] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+class Unverified(Exception):
+    """A recalled identity met an operation that cannot check it in its own statement, or
+    a statement that found it no longer current: authenticate afresh and try again."""
+
+
+def _remember(key: tuple[str, uuid.UUID | None], identity: AgentIdentity) -> None:
+    with _cache_lock:
+        _cache[key] = identity
+        _cache.move_to_end(key)
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+
+
+def forget(identity: AgentIdentity) -> None:
+    """Drop this identity's cached entries (with and without the agent id claimed)."""
+    with _cache_lock:
+        for claimed in (None, identity.agent.pk):
+            _cache.pop((identity.credential_hash, claimed), None)
+
+
+@throttled
+def recall_agent(*, authorization: str | None, agent_id: str | None) -> AgentIdentity | None:
+    """The identity `authenticate_agent` last established for these headers in this process,
+    marked `recalled`, or None (then authenticate). Counts the request against the
+    credential's rate limits as authentication does."""
+    try:
+        raw = bearer_secret(authorization)
+        claimed_id = _parse_agent_id(agent_id)
+    except Unauthenticated:
+        return None
+    key = (hash_secret(raw), claimed_id)
+    with _cache_lock:
+        identity = _cache.get(key)
+    if identity is None:
+        return None
+    check_credential_rate(identity.credential_hash, tenant_id=identity.tenant.id)
+    _touch_agent(identity.agent)
+    if identity.api_key is not None:
+        touch_api_key(
+            api_key=identity.api_key, interval_seconds=settings.HIKYAKU_TOUCH_INTERVAL_SECONDS
+        )
     return AgentIdentity(
-        tenant=api_key.tenant, agent=agent, api_key=api_key, credential_hash=api_key.key_hash
+        tenant=identity.tenant,
+        agent=identity.agent,
+        api_key=identity.api_key,
+        credential_hash=identity.credential_hash,
+        revision=identity.revision,
+        recalled=True,
+    )
+
+
+def still_current_sql(identity: AgentIdentity) -> tuple[str, list]:
+    """An SQL condition, true while `identity` holds as it was read: its credential is
+    current (`identity_current_sql`), its agent keeps the name it had, and its tenant's
+    policy revision has not moved (every change to who may talk to whom bumps it,
+    agents/history.py). A statement that writes for a recalled identity includes it."""
+    condition, params = identity_current_sql("%s", "%s", via_token=identity.via_token)
+    agent_id = rows.prep(Agent, "id", identity.agent.pk)
+    return (
+        f"({condition} AND EXISTS (SELECT 1 FROM agents_agent ga JOIN tenants_tenant gt"
+        " ON gt.id = ga.tenant_id WHERE ga.id = %s AND ga.name = %s"
+        " AND gt.policy_revision = %s))",
+        [
+            *params,
+            agent_id,
+            identity.credential_hash,
+            agent_id,
+            identity.agent.name,
+            identity.revision,
+        ],
     )
 
 
@@ -283,11 +387,11 @@ def _first_with_tenant(model, fields: tuple[str, ...], sql: str, params: list):
     if row is None:
         return None
     obj = rows.build(model, fields, row[: len(fields)])
-    name, slug, requires_tokens = row[len(fields) :]
+    name, slug, requires_tokens, revision = row[len(fields) :]
     obj.tenant = Tenant.from_db(
         connection.alias,
-        ["id", "name", "slug", "require_agent_tokens"],
-        [obj.tenant_id, name, slug, bool(requires_tokens)],
+        ["id", "name", "slug", "require_agent_tokens", "policy_revision"],
+        [obj.tenant_id, name, slug, bool(requires_tokens), revision],
     )
     return obj
 

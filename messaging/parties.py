@@ -26,6 +26,10 @@ class Sender:
     agent: Agent | None
     caller_id: str = ""
     person: str = ""
+    # Set when the agent's identity was recalled from the process's identity cache
+    # (agents/auth.py): an SQL condition and its parameters that every write made for this
+    # sender checks in its own statement; the write services refuse to write without it.
+    check: tuple[str, list] | None = None
 
 
 PERSON = "person:"

@@ -19,6 +19,7 @@ from django.db import IntegrityError
 from django.utils import timezone
 
 from agents import selectors as agent_selectors
+from agents.auth import Unverified
 from agents.models import Sensitivity
 from hikyaku import metrics
 from hikyaku.errors import DestinationNotFound, InvalidRequest, ServiceUnavailable, TaskNotFound
@@ -67,6 +68,14 @@ def send_message(*, sender: Sender, message: dict[str, Any], to: str | None = No
     if to == "*":
         return deliver_broadcast(sender=sender, message=message)
     return deliver_unicast(sender=sender, message=message, to=to)
+
+
+def _verified(sender: Sender) -> None:
+    """Refuse, before anything is written, a sender whose identity was recalled from the
+    identity cache (`Sender.check`) on a write that does not check it in its own statement:
+    the caller authenticates afresh and tries again (agents/auth.py)."""
+    if sender.check is not None:
+        raise Unverified
 
 
 def _existing(sender: Sender, message_id: str | None) -> Task | None:
@@ -151,7 +160,9 @@ def deliver_unicast(
             content_hash=digest,
         )
         event = _event_row(task, sender, EventKind.CREATED, "", {"messageId": message_id})
-        if not store.current().insert_unicast(task, event, sender=sender.agent):
+        if not store.current().insert_unicast(task, event, sender=sender.agent, check=sender.check):
+            if sender.check is not None:
+                raise Unverified  # the recalled identity, not the destination, may be wrong
             raise _destination_not_found(to)
         metrics.events_written(1)
         events.ring_after_commit(
@@ -204,6 +215,7 @@ def _destination_not_found(to: str) -> DestinationNotFound:
 def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
     """One task per other active agent of the tenant that policy lets us reach, and a summary
     task (COMPLETED) for the sender, in one transaction."""
+    _verified(sender)
     message_id = message.get("messageId")
     digest = messages.content_hash(message, "*")
     sensitivity = messages.sensitivity_of(message)
@@ -267,6 +279,7 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
 
 def act_on_task(*, sender: Sender, task_id: str, action: str, message: dict[str, Any]) -> Task:
     """A lifecycle action (docs/PROTOCOL.md §4.4) by a party of the task, as a compare-and-set."""
+    _verified(sender)
     transition = lifecycle.TRANSITIONS.get(action) if isinstance(action, str) else None
     if transition is None or not transition.carries_message:
         raise InvalidRequest(

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from agents.auth import authenticate_agent
+from agents import auth
 from hikyaku import parsers
 from hikyaku.errors import HikyakuError
 
@@ -56,26 +56,52 @@ def broker(*, header: Header, body: bytes) -> Reply:
     if envelope.streaming:
         answer = handoff.call_answer(request_id, method)
         return reply(answer.body, answer.status, answer.headers, log)
+    handler = METHODS.get(method)
     try:
         dialect = dialect_for(header("A2A-Version"))
-        identity = authenticate_agent(
-            authorization=header("Authorization"), agent_id=header("X-Agent-Id")
-        )
-        log = {
-            "tenant_id": str(identity.tenant.id),
-            "agent_id": str(identity.agent.id),
-            "rpc_method": method,
-        }
-        call = jsonrpc.Call(
-            sender=Sender(tenant=identity.tenant, agent=identity.agent),
-            dialect=dialect,
-            params=envelope.params,
-        )
-        handler = METHODS.get(method)
-        if handler is None:
-            return reply(jsonrpc.method_not_found(request_id, method), log=log)
+        credentials = {"authorization": header("Authorization"), "agent_id": header("X-Agent-Id")}
+        recalled = auth.recall_agent(**credentials) if method in RECALLED else None
+        if recalled is not None:
+            try:
+                return _answer(request_id, method, handler, dialect, recalled, envelope.params)
+            except (auth.Unverified, HikyakuError, DatabaseError):
+                # Stale, or failing for a reason a revoked caller must not learn before its
+                # 401: forget it, authenticate afresh, and answer as if it had not been cached.
+                auth.forget(recalled)
+        identity = auth.authenticate_agent(**credentials)
+        return _answer(request_id, method, handler, dialect, identity, envelope.params)
+    except (HikyakuError, DatabaseError) as exc:
+        answer = jsonrpc.error_answer(request_id, exc, method=method)
+        return reply(answer.body, answer.status, answer.headers, log)
+
+
+# Methods that may use an identity recalled from the identity cache (agents/auth.py): their
+# writes check it in their own statement (messaging/services.py refuses any other).
+RECALLED = frozenset({"SendMessage"})
+
+
+def _answer(request_id, method: str, handler, dialect, identity, params) -> Reply:
+    log = {
+        "tenant_id": str(identity.tenant.id),
+        "agent_id": str(identity.agent.id),
+        "rpc_method": method,
+    }
+    if handler is None:
+        return reply(jsonrpc.method_not_found(request_id, method), log=log)
+    call = jsonrpc.Call(
+        sender=Sender(
+            tenant=identity.tenant,
+            agent=identity.agent,
+            check=auth.still_current_sql(identity) if identity.recalled else None,
+        ),
+        dialect=dialect,
+        params=params,
+    )
+    try:
         result = handler(call)
     except (HikyakuError, DatabaseError) as exc:
+        if identity.recalled:
+            raise
         answer = jsonrpc.error_answer(request_id, exc, method=method)
         return reply(answer.body, answer.status, answer.headers, log)
     return reply(jsonrpc.result(request_id, result), log=log)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from agents.auth import Unverified
 from hikyaku.errors import InvalidRequest
 
 from .. import selectors, services
@@ -72,6 +73,8 @@ def send_params(call: Call) -> SendParams:
 
 def deliver(call: Call, params: SendParams) -> Task:
     """The send, and the push config sent along with it attached to the task it made."""
+    if params.push_config is not None and call.sender.check is not None:
+        raise Unverified  # attaching it is a second write, which does not check the identity
     task = services.send_message(sender=call.sender, message=params.message)
     if params.push_config is not None:
         push.attach_to_sent_task(call, task, params.push_config)

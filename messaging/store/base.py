@@ -20,6 +20,8 @@ TASK_FIELDS = tuple(f.name for f in Task._meta.concrete_fields)
 # What a transition needs of each party: its policy, and the webhook it may be owed. In the
 # model's field order, which hikyaku.rows.build relies on.
 PARTY_FIELDS = ("name", "status", "webhook_url", "send_to", "receive_from", "disclosure_ceiling")
+# A condition a write must check in its own statement, and its parameters (`Sender.check`).
+Check = tuple[str, list] | None
 # The columns a transition changes (the compare-and-set's SET).
 CHANGED = ("state", "awaiting", "history", "artifacts", "metadata", "status_at", "updated_at")
 
@@ -69,10 +71,13 @@ class Store(Protocol):
       writes them (docs/ARCHITECTURE.md, "Ordering guarantee");
     - raises IntegrityError when a messageId was used before (the caller replays)."""
 
-    def insert_unicast(self, task: Task, event: TaskEvent, *, sender: Agent | None) -> bool:
+    def insert_unicast(
+        self, task: Task, event: TaskEvent, *, sender: Agent | None, check: Check = None
+    ) -> bool:
         """Insert a new delivery and its `created` event if its recipient is an active agent
         of the task's tenant that the delivery policy (`policy.DELIVER`) lets the sender
-        reach; False, writing nothing, otherwise."""
+        reach, and `check` (an SQL condition and its parameters: a recalled identity's,
+        `Sender.check`) holds; False, writing nothing, otherwise."""
 
     def insert_broadcast(self, broadcast: Broadcast, *, sender: Agent | None) -> BroadcastResult:
         """One delivery for every other active agent of the tenant that the policy lets the

@@ -18,14 +18,18 @@ from hikyaku import rows
 from .. import lifecycle, policy
 from ..models import Task, TaskEvent
 from ..push import delivery, fanout
-from .base import CHANGED, Broadcast, BroadcastResult, Expected, party_ids
+from .base import CHANGED, Broadcast, BroadcastResult, Check, Expected, party_ids
 
 
 class PortableStore:
-    def insert_unicast(self, task: Task, event: TaskEvent, *, sender: Agent | None) -> bool:
+    def insert_unicast(
+        self, task: Task, event: TaskEvent, *, sender: Agent | None, check: Check = None
+    ) -> bool:
         reach, params = policy.sql(
             policy.DELIVER, sender=sender, recipient=policy.Row("d"), sensitivity=task.sensitivity
         )
+        if check is not None:
+            reach, params = f"{reach} AND {check[0]}", [*params, *check[1]]
         with transaction.atomic():
             found = _recipients(
                 f"d.id = %s AND d.tenant_id = %s AND d.status = %s AND {reach}",

@@ -24,7 +24,7 @@ from ..lifecycle import Role, Transition
 from ..models import Task, TaskEvent
 from ..parties import Sender, actor_label
 from ..push import delivery, fanout
-from .base import CHANGED, TASK_FIELDS, Broadcast, BroadcastResult, Expected, party_ids
+from .base import CHANGED, TASK_FIELDS, Broadcast, BroadcastResult, Check, Expected, party_ids
 
 _TASK_COLUMNS = (
     "id, tenant_id, sender_id, caller_id, recipient_id, context_id, type, state, awaiting,"
@@ -51,12 +51,16 @@ def _one_statement(sql: str, params: list) -> tuple | None:
 
 
 class PostgresStore:
-    def insert_unicast(self, task: Task, event: TaskEvent, *, sender: Agent | None) -> bool:
+    def insert_unicast(
+        self, task: Task, event: TaskEvent, *, sender: Agent | None, check: Check = None
+    ) -> bool:
         """The recipient is locked and checked, the task and its event inserted. The message
         is encoded once: Postgres builds `history` and the message artifact from it."""
         reach, reach_params = policy.sql(
             policy.DELIVER, sender=sender, recipient=policy.Row("d"), sensitivity=task.sensitivity
         )
+        if check is not None:
+            reach, reach_params = f"{reach} AND {check[0]}", [*reach_params, *check[1]]
         webhook_sql, webhook_params = fanout.for_new_tasks(
             task.tenant_id,
             source="(SELECT ev.id AS event_id, ins.id AS task_id, dest.id AS agent_id,"

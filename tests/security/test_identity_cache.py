@@ -1,0 +1,182 @@
+"""A send's identity may come from the server process's identity cache (agents/auth.py), but
+never outlives a change made anywhere else.
+
+Each test makes a first send through a real server process (both tiers: the `tier` fixture),
+which caches the sender's identity there; then changes the sender in this process, as an
+owner on another web process would; then sends again through the same server. The second
+send must see the change at once — 401 for a credential that no longer holds, the new
+policy, the new name — and write nothing it should not. Run the file on SQLite and on
+Postgres.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from agents import services as agent_services
+from agents import tokens
+from agents.models import Agent
+from messaging.models import Task
+from tenants.models import ApiKey, Tenant
+from tests import factories
+from tests.messaging.rpc import message
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def send(tier, to, *, token=None, key=None, agent_id=None, text="hello"):
+    headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {token or key}"}
+    if agent_id is not None:
+        headers["X-Agent-Id"] = str(agent_id)
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {"message": message(text, to=str(to))},
+    }
+    return tier.post("/a2a/", json.dumps(body), headers)
+
+
+def delivered(answer) -> dict:
+    assert answer.status == 200, (answer.status, answer.body[:500])
+    body = answer.json()
+    assert "result" in body, body
+    return body["result"]["task"]
+
+
+def refused(answer) -> dict:
+    assert answer.status == 401, (answer.status, answer.body[:500])
+    return answer.json()["error"]
+
+
+def sends_twice(tier, agent, peer, change, **credentials):
+    """A send (cached), `change()`, and the same send again: its answer, and the number of
+    tasks the second send stored."""
+    credentials = credentials or {"token": agent.token}
+    delivered(send(tier, peer.id, **credentials))
+    delivered(send(tier, peer.id, **credentials))  # served from the cache
+    before = Task.objects.count()
+    change()
+    answer = send(tier, peer.id, text="after the change", **credentials)
+    return answer, Task.objects.count() - before
+
+
+def test_a_revoked_token_is_refused_at_once(tier, agent, peer):
+    answer, stored = sends_twice(
+        tier, agent, peer, lambda: tokens.revoke_agent_token(agent=agent.refresh())
+    )
+    assert refused(answer)["message"] == "Invalid agent token, or the agent is not active."
+    assert stored == 0
+
+
+def test_a_rotated_token_is_refused_and_the_new_one_works(tier, agent, peer):
+    new = []
+    answer, stored = sends_twice(
+        tier,
+        agent,
+        peer,
+        lambda: new.append(agent_services.rotate_agent_token(agent=agent.refresh())),
+    )
+    refused(answer)
+    assert stored == 0
+    assert delivered(send(tier, peer.id, token=new[0]))["metadata"]["fromAgentId"] == agent.id
+
+
+@pytest.mark.parametrize("change", ["deregister", "disable"])
+def test_a_deregistered_or_disabled_sender_is_refused(tier, agent, peer, change):
+    def apply():
+        if change == "deregister":
+            agent_services.deregister_agent(agent=agent.refresh())
+        else:
+            agent_services.set_agent_enabled(agent=agent.refresh(), enabled=False)
+
+    answer, stored = sends_twice(tier, agent, peer, apply)
+    refused(answer)
+    assert stored == 0
+
+
+def test_an_expired_token_is_refused(tier, agent, peer):
+    def expire():
+        Agent.objects.filter(pk=agent.id).update(
+            token_expires_at=timezone.now() - timedelta(seconds=1)
+        )
+
+    answer, stored = sends_twice(tier, agent, peer, expire)
+    refused(answer)
+    assert stored == 0
+
+
+def test_revoking_the_key_that_minted_a_token_stops_it(tier, tenant, peer):
+    factories.api_key(tenant, label="keeps the tenant alive")
+    factories.api_key(tenant, label="mints")
+    key = ApiKey.objects.get(label="mints")
+    sender = factories.agent(tenant, name="minted", registered_with=key)
+    answer, stored = sends_twice(
+        tier, sender, peer, lambda: agent_services.revoke_api_key(api_key=key)
+    )
+    refused(answer)
+    assert stored == 0
+
+
+@pytest.mark.parametrize("change", ["revoke", "expire", "require tokens"])
+def test_a_key_identity_ends_with_its_key_or_the_tenant_rule(tier, tenant, agent, peer, change):
+    factories.api_key(tenant, label="keeps the tenant alive")
+    raw = factories.api_key(tenant, label="k")
+
+    def apply():
+        if change == "revoke":
+            ApiKey.objects.filter(label="k").update(revoked_at=timezone.now())
+        elif change == "expire":
+            ApiKey.objects.filter(label="k").update(
+                expires_at=timezone.now() - timedelta(seconds=1)
+            )
+        else:
+            Tenant.objects.filter(pk=tenant.pk).update(require_agent_tokens=True)
+
+    answer, stored = sends_twice(tier, agent, peer, apply, key=raw, agent_id=agent.id)
+    refused(answer)
+    assert stored == 0
+    # The agent's own token is another identity: it still works unless tokens were the rule.
+    delivered(send(tier, peer.id, token=agent.token))
+
+
+def test_a_narrowed_policy_applies_to_the_next_send(tier, agent, peer):
+    third = factories.agent(agent.tenant, name="third")
+
+    def narrow():
+        agent_services.set_agent_policy(agent=agent.refresh(), send_to=[third.id])
+
+    answer, stored = sends_twice(tier, agent, peer, narrow)
+    assert answer.status == 200, answer.body
+    error = answer.json()["error"]
+    assert "Destination agent not found" in error["message"], error
+    assert stored == 0
+    delivered(send(tier, third.id, token=agent.token))
+
+
+def test_a_renamed_sender_is_named_by_its_new_name(tier, agent, peer):
+    # What an administrator's edit of the name does: the row changes, nothing else.
+    def rename():
+        Agent.objects.filter(pk=agent.id).update(name="renamed")
+
+    answer, stored = sends_twice(tier, agent, peer, rename)
+    assert delivered(answer)["metadata"]["fromAgentName"] == "renamed"
+    assert stored == 1
+
+
+def test_a_wrong_agent_id_beside_a_cached_token_is_still_refused(tier, agent, peer):
+    delivered(send(tier, peer.id, token=agent.token))
+    answer = send(tier, peer.id, token=agent.token, agent_id=peer.id)
+    assert refused(answer)["message"] == "X-Agent-Id does not match the agent token."
+
+
+def test_a_revoked_sender_learns_nothing_about_destinations(tier, agent, peer):
+    """A bad destination is answered 401, not "not found", once the credential is gone."""
+    delivered(send(tier, peer.id, token=agent.token))
+    tokens.revoke_agent_token(agent=agent.refresh())
+    refused(send(tier, "no-such-agent", token=agent.token))
+    refused(send(tier, "00000000-0000-0000-0000-000000000000", token=agent.token))
