@@ -64,19 +64,20 @@ _SMALL_FLOAT_EXPONENT = re.compile(rb"e-[0-9]+(?:[,\]}]|\Z)")
 _SMALL_FLOAT_DECIMALS = re.compile(rb"\.0000[0-9]*(?:[,\]}]|\Z)")
 
 
-def dumps(value: Any) -> bytes:
+def dumps(value: Any, *, sort_keys: bool = False) -> bytes:
     """`value` as compact UTF-8 JSON, byte for byte what `json.dumps(value,
-    ensure_ascii=False, separators=(",", ":"))` writes: orjson, several times faster, and the
-    standard library for what orjson refuses (integers beyond 64 bits, nesting deeper than
-    254, non-string keys, unpaired surrogates) or spells otherwise (small floats). A
-    surrogate, which can only be in a string, is written as its `\\uXXXX` escape; a NaN or an
-    infinity (which `loads` never lets in) is `null`."""
+    ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys)` writes: orjson, several
+    times faster, and the standard library for what orjson refuses (integers beyond 64 bits,
+    nesting deeper than 254, non-string keys, unpaired surrogates) or spells otherwise (small
+    floats). A surrogate, which can only be in a string, is written as its `\\uXXXX` escape; a
+    NaN or an infinity (which `loads` never lets in) is `null`. Sorted keys are in code point
+    order either way (orjson sorts UTF-8 bytes, which order the same)."""
     try:
-        data = orjson.dumps(value)
+        data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else None)
     except TypeError:
         data = None
     if data is None or _SMALL_FLOAT_EXPONENT.search(data) or _SMALL_FLOAT_DECIMALS.search(data):
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys)
         data = text.encode("utf-8", "backslashreplace")
     return data
 

@@ -5,13 +5,13 @@ web UI searches, and the metadata every delivery carries."""
 from __future__ import annotations
 
 import hashlib
-import json
 import uuid
 from typing import Any
 
 from django.conf import settings
 
 from agents.models import SENSITIVITY_RANK, Sensitivity
+from hikyaku import parsers
 from hikyaku.errors import InvalidRequest
 
 from .parties import Sender
@@ -43,7 +43,9 @@ def check_limits(message: dict[str, Any]) -> None:
 
 
 def canonical(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    """Compact JSON with sorted keys: what the limits measure and content hashes digest. The
+    bytes must never change — stored hashes of earlier sends depend on them."""
+    return parsers.dumps(value, sort_keys=True)
 
 
 def content_hash(message: dict[str, Any], to: str) -> str:

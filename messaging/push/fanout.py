@@ -10,6 +10,8 @@ commit (messaging/push/delivery.py).
 
 from __future__ import annotations
 
+import functools
+
 from django.db import connection
 from django.utils import timezone
 
@@ -55,6 +57,11 @@ def _prep(field: str, value) -> object:
 
 
 def _insert() -> str:
+    return _insert_for(connection.vendor)
+
+
+@functools.cache
+def _insert_for(vendor: str) -> str:
     meta = WebhookDelivery._meta
     quote = connection.ops.quote_name
     columns = ", ".join(quote(meta.get_field(f).column) for f in _COLUMNS)
@@ -62,14 +69,10 @@ def _insert() -> str:
 
 
 def _pending() -> list:
-    """next_attempt_at, outcome, created_at, updated_at of a new delivery."""
-    now = timezone.now()
-    return [
-        _prep("next_attempt_at", now),
-        WebhookDelivery.Outcome.PENDING.value,
-        _prep("created_at", now),
-        _prep("updated_at", now),
-    ]
+    """next_attempt_at, outcome, created_at, updated_at of a new delivery (three timestamps
+    of one field type, so one value prepared once)."""
+    now = _prep("created_at", timezone.now())
+    return [now, WebhookDelivery.Outcome.PENDING.value, now, now]
 
 
 def for_new_tasks(tenant_id, *, source: str) -> tuple[str, list]:

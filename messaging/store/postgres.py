@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
 from agents.models import Agent
-from hikyaku import rows
+from hikyaku import parsers, rows
 
 from .. import lifecycle, policy
 from ..lifecycle import Role, Transition
@@ -37,6 +37,11 @@ _EVENT_COLUMNS = (
     " from_state, to_state, payload, created_at"
 )
 _ACTIVE = Agent.Status.ACTIVE.value
+
+
+def _jsonb(value: Any) -> Jsonb:
+    """A jsonb parameter, encoded by orjson (hikyaku.parsers.dumps) rather than `json`."""
+    return Jsonb(value, dumps=parsers.dumps)
 
 
 def _one_statement(sql: str, params: list) -> tuple | None:
@@ -86,7 +91,7 @@ class PostgresStore:
             " SELECT ev.id, (SELECT id FROM dl) FROM ev"
         )
         params = [
-            Jsonb(task.message),
+            _jsonb(task.message),
             task.created_at,
             task.recipient_id,
             task.tenant_id,
@@ -105,7 +110,7 @@ class PostgresStore:
             task.depth,
             artifact["artifactId"],
             artifact["name"],
-            Jsonb(task.metadata),
+            _jsonb(task.metadata),
             task.sensitivity,
             task.search_text,
             task.message_id,
@@ -114,7 +119,7 @@ class PostgresStore:
             event.kind,
             event.from_state,
             event.to_state,
-            Jsonb(event.payload),
+            _jsonb(event.payload),
             *webhook_params,
         ]
         row = _one_statement(sql, params)
@@ -187,7 +192,7 @@ class PostgresStore:
             " FROM summary"
         )
         params = [
-            Jsonb(template.message),
+            _jsonb(template.message),
             template.created_at,
             template.broadcast_id,
             template.tenant_id,
@@ -203,11 +208,11 @@ class PostgresStore:
             template.type,
             template.state,
             template.awaiting,
-            Jsonb(template.metadata),
+            _jsonb(template.metadata),
             delivery_event.kind,
             delivery_event.from_state,
             delivery_event.to_state,
-            Jsonb(delivery_event.payload),
+            _jsonb(delivery_event.payload),
             summary.id,
             summary.context_id,
             summary.type,
@@ -215,13 +220,13 @@ class PostgresStore:
             summary.awaiting,
             summary_artifact["artifactId"],
             summary_artifact["name"],
-            Jsonb(summary.metadata),
+            _jsonb(summary.metadata),
             summary.message_id,
             summary.content_hash,
             summary_event.kind,
             summary_event.from_state,
             summary_event.to_state,
-            Jsonb(summary_event.payload),
+            _jsonb(summary_event.payload),
             *webhook_params,
         ]
         row = _one_statement(sql, params)
@@ -352,7 +357,7 @@ class PostgresStore:
             me.pk if me else None,
             actor_label(actor),
             transition.action,
-            Jsonb(lifecycle.payload_of(message)),
+            _jsonb(lifecycle.payload_of(message)),
             *webhook_params,
         ]
         row = _one_statement(sql, params)
@@ -388,13 +393,13 @@ def _changes(
         follow_up = lifecycle.follow_up_of(transition, roles, message or {}, task_id=task_id)
         entry = "(%s::jsonb || jsonb_build_object('contextId', messaging_task.context_id))"
         sets.append(f"history = messaging_task.history || jsonb_build_array{entry}")
-        params.append(Jsonb(follow_up))
+        params.append(_jsonb(follow_up))
         result = lifecycle.result_of(transition, message or {})
         if result is not None:
             sets.append("artifacts = messaging_task.artifacts || jsonb_build_array(%s::jsonb)")
-            params.append(Jsonb(result))
+            params.append(_jsonb(result))
         if transition.parts_become == "status":
             metadata = f"jsonb_set({metadata}, '{{statusMessage}}', {entry})"
-            params.append(Jsonb(follow_up))
+            params.append(_jsonb(follow_up))
     sets.append(f"metadata = {metadata}")
     return ", ".join(sets), params

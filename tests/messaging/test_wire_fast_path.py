@@ -605,6 +605,22 @@ def test_responses_are_the_bytes_the_standard_library_writes(value):
     assert parsers.dumps(value) == stdlib_json(value)
 
 
+@settings(max_examples=1000, deadline=None)
+@given(value=wide_values)
+def test_canonical_json_is_the_bytes_the_standard_library_writes(value):
+    """Sorted keys (what content hashes digest, so stored idempotency keys depend on every
+    byte): the same bytes as `json.dumps(sort_keys=True)`, keys outside the BMP included."""
+    expected = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    assert parsers.dumps(value, sort_keys=True) == expected.encode()
+
+
+def test_canonical_key_order_is_code_point_order():
+    value = {"\U0001f600": 1, "\uffff": 2, "é": 3, "Z": 4, "a": {"b": 1, "B": 2}}
+    expected = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    assert parsers.dumps(value, sort_keys=True) == expected.encode()
+    assert parsers.dumps(value, sort_keys=True) != parsers.dumps(value)
+
+
 def test_a_4000_digit_integer_is_still_encoded():
     """orjson refuses integers beyond 64 bits; the standard library writes them (a data part
     sent from the web UI keeps such a number)."""
