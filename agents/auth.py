@@ -94,8 +94,9 @@ def _parse_agent_id(agent_id: str | None) -> uuid.UUID | None:
 
 
 @throttled
-def authenticate_key(authorization: str | None) -> ApiKey:
-    """An active, unexpired tenant API key (registration needs nothing else)."""
+def authenticate_key(authorization: str | None, *, counted: bool = False) -> ApiKey:
+    """An active, unexpired tenant API key (registration needs nothing else). `counted`: the
+    request was counted against the key's rate limits already (`recall_agent`)."""
     raw = bearer_secret(authorization)
     if not API_KEY_RE.match(raw):
         raise Unauthenticated(INVALID_KEY)
@@ -109,13 +110,19 @@ def authenticate_key(authorization: str | None) -> ApiKey:
     )
     if api_key is None or not secrets_match(raw, api_key.key_hash) or not api_key.is_active():
         raise Unauthenticated(INVALID_KEY)
-    check_credential_rate(api_key.key_hash, tenant_id=api_key.tenant_id)
+    if not counted:
+        check_credential_rate(api_key.key_hash, tenant_id=api_key.tenant_id)
     touch_api_key(api_key=api_key, interval_seconds=settings.HIKYAKU_TOUCH_INTERVAL_SECONDS)
     return api_key
 
 
 @throttled
-def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> AgentIdentity:
+def authenticate_agent(
+    *, authorization: str | None, agent_id: str | None, counted: bool = False
+) -> AgentIdentity:
+    """The agent a request acts as. `counted`: the request was counted against the
+    credential's rate limits already (an identity `recall_agent` returned that has to be
+    read again), so it is not counted twice."""
     raw = bearer_secret(authorization)
     claimed_id = _parse_agent_id(agent_id)
     if raw.startswith(AGENT_TOKEN_PREFIX) and not AGENT_TOKEN_RE.match(raw):
@@ -142,7 +149,8 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
             raise Unauthenticated(INVALID_TOKEN)
         if claimed_id is not None and claimed_id != agent.id:
             raise Unauthenticated("X-Agent-Id does not match the agent token.")
-        check_credential_rate(token_hash, tenant_id=agent.tenant_id)
+        if not counted:
+            check_credential_rate(token_hash, tenant_id=agent.tenant_id)
         _touch_agent(agent)
         identity = AgentIdentity(
             tenant=agent.tenant,
@@ -154,7 +162,7 @@ def authenticate_agent(*, authorization: str | None, agent_id: str | None) -> Ag
         _remember((token_hash, claimed_id), identity)
         return identity
 
-    api_key = authenticate_key(authorization)
+    api_key = authenticate_key(authorization, counted=counted)
     if api_key.tenant.require_agent_tokens:
         raise Unauthenticated("This tenant requires agent tokens: send 'Bearer <agent token>'.")
     if claimed_id is None:

@@ -65,10 +65,11 @@ def broker(*, header: Header, body: bytes) -> Reply:
             try:
                 return _answer(request_id, method, handler, dialect, recalled, envelope.params)
             except (auth.Unverified, HikyakuError, DatabaseError):
-                # Stale, or failing for a reason a revoked caller must not learn before its
-                # 401: forget it, authenticate afresh, and answer as if it had not been cached.
+                # Stale, not checkable by this operation, or failing for a reason a revoked
+                # caller must not learn before its 401: authenticate afresh (which caches the
+                # identity again if it holds) and answer as if it had not been cached.
                 auth.forget(recalled)
-        identity = auth.authenticate_agent(**credentials)
+        identity = auth.authenticate_agent(**credentials, counted=recalled is not None)
         return _answer(request_id, method, handler, dialect, identity, envelope.params)
     except (HikyakuError, DatabaseError) as exc:
         answer = jsonrpc.error_answer(request_id, exc, method=method)
@@ -76,7 +77,8 @@ def broker(*, header: Header, body: bytes) -> Reply:
 
 
 # Methods that may use an identity recalled from the identity cache (agents/auth.py): their
-# writes check it in their own statement (messaging/services.py refuses any other).
+# writes check it in their own statement (a new task's INSERT, a lifecycle action's one
+# statement); messaging/services.py refuses a recalled identity on any other write.
 RECALLED = frozenset({"SendMessage"})
 
 

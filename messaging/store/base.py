@@ -93,9 +93,9 @@ class Store(Protocol):
         now: datetime,
     ) -> tuple[Task, int] | None:
         """Apply `transition` in one step where the store can, checking in that step what
-        the services would check after a read (source phase, role, policy): the task as
-        changed and its event id. None means "read and decide": the store has no such step,
-        or it matched nothing."""
+        the services would check after a read (source phase, role, policy) and, for a
+        recalled identity, `actor.check`: the task as changed and its event id. None means
+        "read and decide": the store has no such step, or it matched nothing."""
 
     def compare_and_set(self, task: Task, expected: Expected, event: TaskEvent) -> bool:
         """Write `task`'s CHANGED columns and insert `event` if the row still is as

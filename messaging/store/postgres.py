@@ -323,6 +323,9 @@ class PostgresStore:
         readable, readable_params = policy.sql(
             policy.READ, **parties, reader=me, sensitivity=policy.Column("m.sensitivity")
         )
+        if actor.check is not None:
+            readable = f"({readable}) AND {actor.check[0]}"  # a recalled identity's
+            readable_params = [*readable_params, *actor.check[1]]
         phases = " OR ".join(["(m.state = %s AND m.awaiting = %s)"] * len(transition.sources))
         phase_params = [v for phase in transition.sources for v in (phase.state, phase.awaiting)]
         sets, set_params = _changes(transition, actor, task_id, message, now)

@@ -35,6 +35,15 @@ def test_json_rpc_over_the_limit_gets_a_rate_limited_error(tight_limit, agent, p
     assert response.json()["error"]["data"][0]["reason"] == "RATE_LIMITED"
 
 
+def test_a_request_read_again_after_the_identity_cache_counts_once(tight_limit, agent, peer):
+    """A broadcast cannot use a cached identity (agents/auth.py): the request authenticates
+    again after recalling it, and must still count once against the limit."""
+    statuses = [
+        call(agent, "SendMessage", {"message": message(to="*")}).status_code for _ in range(4)
+    ]
+    assert statuses == [200, 200, 200, 429]
+
+
 def test_limits_are_per_credential(tight_limit, agent, peer):
     for _ in range(4):
         Client(HTTP_AUTHORIZATION=f"Bearer {agent.token}").get("/api/v1/agents")

@@ -180,3 +180,43 @@ def test_a_revoked_sender_learns_nothing_about_destinations(tier, agent, peer):
     tokens.revoke_agent_token(agent=agent.refresh())
     refused(send(tier, "no-such-agent", token=agent.token))
     refused(send(tier, "00000000-0000-0000-0000-000000000000", token=agent.token))
+
+
+def follow_up(tier, task_id, *, token, action="ack", text="done"):
+    body = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "SendMessage",
+        "params": {"message": message(text, task_id=task_id, action=action)},
+    }
+    return tier.post(
+        "/a2a/", json.dumps(body), {"A2A-Version": "1.0", "Authorization": f"Bearer {token}"}
+    )
+
+
+def test_an_ack_with_a_revoked_token_changes_nothing(tier, agent, peer):
+    first, second = (delivered(send(tier, peer.id, token=agent.token)) for _ in range(2))
+    assert delivered(follow_up(tier, first["id"], token=peer.token))["status"]["state"] == (
+        "TASK_STATE_COMPLETED"
+    )
+    before = Task.objects.values("state", "awaiting", "updated_at").get(pk=second["id"])
+    tokens.revoke_agent_token(agent=peer.refresh())
+    refused(follow_up(tier, second["id"], token=peer.token))
+    assert Task.objects.values("state", "awaiting", "updated_at").get(pk=second["id"]) == before
+
+
+def test_an_ack_after_a_policy_change_is_decided_by_the_new_policy(tier, agent, peer):
+    first, second = (delivered(send(tier, peer.id, token=agent.token)) for _ in range(2))
+    delivered(follow_up(tier, first["id"], token=peer.token))
+    # The recipient may no longer hear from the sender: it cannot see the task any more.
+    agent_services.set_agent_policy(agent=peer.refresh(), receive_from=[])
+    answer = follow_up(tier, second["id"], token=peer.token)
+    assert answer.status == 200, answer.body
+    assert "not found" in answer.json()["error"]["message"].lower(), answer.body
+
+
+def test_a_reply_with_a_cached_identity_still_works(tier, agent, peer):
+    task = delivered(send(tier, peer.id, token=agent.token))
+    delivered(follow_up(tier, task["id"], token=peer.token, action="accept"))
+    answer = delivered(follow_up(tier, task["id"], token=peer.token, action="complete"))
+    assert answer["status"]["state"] == "TASK_STATE_COMPLETED"
