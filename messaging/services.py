@@ -324,13 +324,13 @@ def _transition(
             agent_ids=party_ids(task), event_id=event_id, tenant_id=task.tenant_id
         )
         return task
-    _verified(sender)  # the general path below does not check a recalled identity
     for _attempt in range(5):
         task, roles = _read_party_task(sender, task_id)
         phase = lifecycle.phase_of(task.state, task.awaiting)
         refusal = transition.refusal(phase, roles, task.id)
         if refusal is not None:
             if message is not None and _already_applied(task, sender, message):
+                _verified(sender)  # an answer that writes nothing checks nothing
                 return task  # a retry of an action applied before: the task as it is now
             raise refusal
         expected = Expected.of(task)
@@ -340,12 +340,15 @@ def _transition(
         for column in lifecycle.Change.COLUMNS:
             setattr(task, column, getattr(change, column))
         event = _event_row(task, sender, transition.action, change.from_state, change.payload)
-        if writer.compare_and_set(task, expected, event):
+        if writer.compare_and_set(task, expected, event, check=sender.check):
             metrics.events_written(1)
             events.ring_after_commit(
                 agent_ids=party_ids(task), event_id=event.id, tenant_id=task.tenant_id
             )
             return task
+        # Another change won, or a recalled identity no longer holds: which one, only a
+        # fresh authentication says (the request runs again after it).
+        _verified(sender)
     raise ServiceUnavailable("The task is changing too fast; retry shortly.")
 
 

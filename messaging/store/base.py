@@ -97,9 +97,12 @@ class Store(Protocol):
         recalled identity, `actor.check`: the task as changed and its event id. None means
         "read and decide": the store has no such step, or it matched nothing."""
 
-    def compare_and_set(self, task: Task, expected: Expected, event: TaskEvent) -> bool:
+    def compare_and_set(
+        self, task: Task, expected: Expected, event: TaskEvent, *, check: Check = None
+    ) -> bool:
         """Write `task`'s CHANGED columns and insert `event` if the row still is as
-        `expected`; False, writing nothing, when another change came first."""
+        `expected` and `check` holds (a recalled identity's); False, writing nothing, when
+        another change came first or the check failed."""
 
 
 def read_for_transition(*, tenant_id: Any, task_id: uuid.UUID) -> Task | None:

@@ -86,15 +86,19 @@ class PortableStore:
         """No one-statement form: SQLite's statements cannot chain writes."""
         return None
 
-    def compare_and_set(self, task: Task, expected: Expected, event: TaskEvent) -> bool:
+    def compare_and_set(
+        self, task: Task, expected: Expected, event: TaskEvent, *, check: Check = None
+    ) -> bool:
         fields = [Task._meta.get_field(name) for name in CHANGED]
         assignments = ", ".join(f"{f.column} = %s" for f in fields)
+        condition, condition_params = check or ("TRUE", [])
         with transaction.atomic():
             _lock_agents(party_ids(task))
             with connection.cursor() as cursor:
                 cursor.execute(
                     f"UPDATE messaging_task SET {assignments} WHERE id = %s AND state = %s"
-                    " AND awaiting = %s AND updated_at = %s AND push_configured = %s",
+                    " AND awaiting = %s AND updated_at = %s AND push_configured = %s"
+                    f" AND {condition}",
                     [
                         *[f.get_db_prep_save(getattr(task, f.attname), connection) for f in fields],
                         rows.prep(Task, "id", task.pk),
@@ -102,6 +106,7 @@ class PortableStore:
                         expected.awaiting,
                         rows.prep(Task, "updated_at", expected.updated_at),
                         expected.push_configured,
+                        *condition_params,
                     ],
                 )
                 if cursor.rowcount != 1:

@@ -239,10 +239,13 @@ class PostgresStore:
             summary=stored, recipient_ids=list(recipients or []), last_event_id=last_event
         )
 
-    def compare_and_set(self, task: Task, expected: Expected, event: TaskEvent) -> bool:
-        """Lock the parties (id order), update the task if unchanged since it was read,
-        insert the event and its deliveries."""
+    def compare_and_set(
+        self, task: Task, expected: Expected, event: TaskEvent, *, check: Check = None
+    ) -> bool:
+        """Lock the parties (id order), update the task if unchanged since it was read (and
+        `check` holds), insert the event and its deliveries."""
         ids = party_ids(task)
+        condition, condition_params = check or ("TRUE", [])
         fields = [Task._meta.get_field(name) for name in CHANGED]
         assignments = ", ".join(f"{f.column} = %s" for f in fields)
         event_sql, event_params = rows.insert_select(event, source="upd")
@@ -254,7 +257,8 @@ class PostgresStore:
             + ") ORDER BY id FOR NO KEY UPDATE),"
             f" upd AS (UPDATE messaging_task SET {assignments}"
             " WHERE id = %s AND state = %s AND awaiting = %s AND updated_at = %s"
-            " AND push_configured = %s AND (SELECT count(*) FROM lk) > 0 RETURNING id),"
+            f" AND push_configured = %s AND {condition} AND (SELECT count(*) FROM lk) > 0"
+            " RETURNING id),"
             f" ev AS ({event_sql} RETURNING id)"
             + (f", dl AS ({webhook_sql} RETURNING id)" if owed else "")
             + " SELECT id, "
@@ -269,6 +273,7 @@ class PostgresStore:
             expected.awaiting,
             expected.updated_at,
             expected.push_configured,
+            *condition_params,
             *event_params,
             *webhook_params,
         ]

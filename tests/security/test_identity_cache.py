@@ -182,13 +182,9 @@ def test_a_revoked_sender_learns_nothing_about_destinations(tier, agent, peer):
     refused(send(tier, "00000000-0000-0000-0000-000000000000", token=agent.token))
 
 
-def follow_up(tier, task_id, *, token, action="ack", text="done"):
-    body = {
-        "jsonrpc": "2.0",
-        "id": 2,
-        "method": "SendMessage",
-        "params": {"message": message(text, task_id=task_id, action=action)},
-    }
+def follow_up(tier, task_id, *, token, action="ack", text="done", message_id=None):
+    msg = message(text, task_id=task_id, action=action, message_id=message_id)
+    body = {"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {"message": msg}}
     return tier.post(
         "/a2a/", json.dumps(body), {"A2A-Version": "1.0", "Authorization": f"Bearer {token}"}
     )
@@ -220,3 +216,13 @@ def test_a_reply_with_a_cached_identity_still_works(tier, agent, peer):
     delivered(follow_up(tier, task["id"], token=peer.token, action="accept"))
     answer = delivered(follow_up(tier, task["id"], token=peer.token, action="complete"))
     assert answer["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+def test_a_retried_ack_with_a_revoked_token_is_refused(tier, agent, peer):
+    """A retry of an action applied before is answered with the task, writing nothing: not
+    to a credential revoked since."""
+    task = delivered(send(tier, peer.id, token=agent.token))
+    delivered(follow_up(tier, task["id"], token=peer.token, message_id="ack-1"))
+    delivered(follow_up(tier, task["id"], token=peer.token, message_id="ack-1"))  # the retry
+    tokens.revoke_agent_token(agent=peer.refresh())
+    refused(follow_up(tier, task["id"], token=peer.token, message_id="ack-1"))
