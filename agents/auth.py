@@ -12,6 +12,7 @@ tenant: `authenticate_peer_caller` names them (docs/PEERS.md).
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
 from collections import OrderedDict
@@ -303,20 +304,28 @@ def identity_is_current(identity: AgentIdentity) -> bool:
 def identity_current_sql(agent: str, credential_hash: str, *, via_token: bool) -> tuple[str, list]:
     """`identity_is_current` as an SQL condition over two SQL expressions (the agent's id
     and the credential's hash), for a statement that checks credentials in the same read as
-    its work (the stream processes' inbox reads). Returns the condition and the parameters of
-    its own placeholders, which all come before those of the two expressions."""
+    its work (the stream processes' inbox reads, a recalled identity's write). Returns the
+    condition and the parameters of its own placeholders, which all come before those of the
+    two expressions."""
+    # Both timestamps are DateTimeFields: the current time, prepared once.
+    now = rows.prep(Agent, "token_expires_at", timezone.now())
     if via_token:
-        now = timezone.now()
+        return _current_sql(agent, credential_hash, True), [_ACTIVE, now, now]
+    require_tokens = False  # a key identity holds only where the tenant allows keys
+    return _current_sql(agent, credential_hash, False), [_ACTIVE, require_tokens, now]
+
+
+_ACTIVE = Agent.Status.ACTIVE.value
+
+
+@functools.cache
+def _current_sql(agent: str, credential_hash: str, via_token: bool) -> str:
+    if via_token:
         return (
             "EXISTS (SELECT 1 FROM agents_agent ca WHERE ca.status = %s"
             " AND (ca.token_expires_at IS NULL OR ca.token_expires_at > %s)"
             f" AND {TOKEN_KEY_ACTIVE.format(agent='ca')}"
-            f" AND ca.id = {agent} AND ca.token_hash = {credential_hash})",
-            [
-                Agent.Status.ACTIVE,
-                rows.prep(Agent, "token_expires_at", now),
-                rows.prep(ApiKey, "expires_at", now),
-            ],
+            f" AND ca.id = {agent} AND ca.token_hash = {credential_hash})"
         )
     # Every condition applies to the same key row.
     return (
@@ -324,12 +333,7 @@ def identity_current_sql(agent: str, credential_hash: str, *, via_token: bool) -
         " JOIN tenants_apikey ck ON ck.tenant_id = ct.id WHERE ca.status = %s"
         " AND ct.require_agent_tokens = %s AND ck.revoked_at IS NULL"
         " AND (ck.expires_at IS NULL OR ck.expires_at > %s)"
-        f" AND ca.id = {agent} AND ck.key_hash = {credential_hash})",
-        [
-            Agent.Status.ACTIVE,
-            rows.prep(Tenant, "require_agent_tokens", False),
-            rows.prep(ApiKey, "expires_at", timezone.now()),
-        ],
+        f" AND ca.id = {agent} AND ck.key_hash = {credential_hash})"
     )
 
 
