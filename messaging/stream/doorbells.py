@@ -21,49 +21,10 @@ import socket
 import ssl
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import unquote, urlsplit
+
+from ..resp import Incomplete, Server, command, parse
 
 log = logging.getLogger(__name__)
-
-
-def _command(*parts: str | bytes) -> bytes:
-    out = [b"*%d\r\n" % len(parts)]
-    for part in parts:
-        data = part.encode() if isinstance(part, str) else part
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
-
-
-class _Incomplete(Exception):
-    pass
-
-
-def _parse(buffer: bytes, at: int) -> tuple[Any, int]:
-    """One RESP2 value from `buffer` at `at`: (value, next offset); _Incomplete if it has
-    not all arrived yet."""
-    end = buffer.find(b"\r\n", at)
-    if end < 0:
-        raise _Incomplete
-    kind, line = buffer[at : at + 1], buffer[at + 1 : end]
-    if kind == b"$":
-        size = int(line)
-        if size < 0:
-            return None, end + 2
-        stop = end + 2 + size
-        if len(buffer) < stop + 2:
-            raise _Incomplete
-        return buffer[end + 2 : stop], stop + 2
-    if kind == b"*":
-        items, offset = [], end + 2
-        for _ in range(int(line)):
-            item, offset = _parse(buffer, offset)
-            items.append(item)
-        return items, offset
-    if kind == b":":
-        return int(line), end + 2
-    if kind == b"-":
-        return RuntimeError(line.decode(errors="replace")), end + 2
-    return line, end + 2  # "+" simple string
 
 
 class _Subscriber(asyncio.Protocol):
@@ -85,9 +46,9 @@ class _Subscriber(asyncio.Protocol):
         offset = 0
         try:
             while offset < len(self.buffer):
-                value, offset = _parse(self.buffer, offset)
+                value, offset = parse(self.buffer, offset)
                 self._handle(value)
-        except _Incomplete:
+        except Incomplete:
             pass
         self.buffer = self.buffer[offset:]
 
@@ -111,17 +72,23 @@ class _Subscriber(asyncio.Protocol):
 async def listen(url: str, channel: str, on_message: Callable[[bytes], None]) -> None:
     """Subscribe to `channel` on the Redis at `url` and call `on_message(payload)` for each
     message, reconnecting for ever (until cancelled)."""
-    parts = urlsplit(url)
+    server = Server.from_url(url)
+    if server is None:
+        log.error(
+            "doorbells need a redis:// or rediss:// REDIS_URL; streams will only notice new "
+            "events by their periodic scan"
+        )
+        return
     backoff = 0.5
     while True:
         transport = None
         try:
-            context = ssl.create_default_context() if parts.scheme == "rediss" else None
+            context = ssl.create_default_context() if server.tls else None
             transport, protocol = await asyncio.wait_for(
                 asyncio.get_running_loop().create_connection(
                     lambda: _Subscriber(channel.encode(), on_message),
-                    parts.hostname or "127.0.0.1",
-                    parts.port or 6379,
+                    server.host,
+                    server.port,
                     ssl=context,
                 ),
                 timeout=5,
@@ -129,12 +96,8 @@ async def listen(url: str, channel: str, on_message: Callable[[bytes], None]) ->
             sock = transport.get_extra_info("socket")
             if sock is not None:  # notice a peer that vanished without closing
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            if parts.password is not None:
-                auth = [unquote(parts.password)]
-                if parts.username:
-                    auth.insert(0, unquote(parts.username))
-                transport.write(_command("AUTH", *auth))
-            transport.write(_command("SUBSCRIBE", channel))
+            transport.write(server.hello())
+            transport.write(command("SUBSCRIBE", channel))
             await asyncio.wait_for(protocol.subscribed, timeout=5)
             log.info("stream hub listening for doorbells on Redis")
             backoff = 0.5

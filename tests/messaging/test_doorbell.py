@@ -97,4 +97,32 @@ def test_a_dead_redis_never_fails_the_caller(redis_layer, tenant, caplog, monkey
     assert Task.objects.filter(pk=task["id"], recipient=bob.model).exists()
     [failure] = [r for r in caplog.records if r.getMessage().startswith("doorbell not rung")]
     # The publish reached for the dead server (not an error of the layer before it).
-    assert isinstance(failure.args[0], redis.exceptions.ConnectionError), failure.args
+    assert isinstance(failure.args[0], ConnectionRefusedError), failure.args
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dropped_publishing_connection_is_replaced_and_the_doorbell_still_arrives(redis_layer):
+    """Each request thread keeps its publishing connection; when Redis drops it (a restart,
+    an idle timeout), the next doorbell goes out on a new one instead of being lost."""
+    received: list[dict] = []
+    subscribed = threading.Event()
+
+    async def listen():
+        layer = RedisPubSubChannelLayer(hosts=[redis_layer.url], prefix="hikyaku-test")
+        channel = await layer.new_channel()
+        await layer.group_add(events.DOORBELL_GROUP, channel)
+        subscribed.set()
+        for _ in range(2):
+            received.append(await asyncio.wait_for(layer.receive(channel), timeout=5))
+        await layer.flush()
+
+    thread = threading.Thread(target=lambda: asyncio.run(listen()))
+    thread.start()
+    assert subscribed.wait(5)
+    time.sleep(0.2)
+    events.ring_after_commit(agent_ids=["a1"], event_id=1)
+    admin = redis.Redis.from_url(redis_layer.url)
+    assert admin.client_kill_filter(_type="normal", skipme=True) >= 1  # ours among them
+    events.ring_after_commit(agent_ids=["a2"], event_id=2)
+    thread.join(10)
+    assert [d["event"] for d in received] == [1, 2]
