@@ -5,6 +5,8 @@ Both Redis tests use a private redis-server (the `redis_server` fixture): pub/su
 shared by every database of a server, so the machine's Redis would carry other runs' doorbells.
 """
 
+from __future__ import annotations
+
 import asyncio
 import logging
 import threading
@@ -43,26 +45,41 @@ def redis_layer(settings, redis_server, monkeypatch):
     channel_layers.backends.clear()
 
 
-@pytest.mark.django_db(transaction=True)
-def test_sync_ring_reaches_a_channels_redis_group_member(redis_layer):
-    received: list[dict] = []
-    subscribed = threading.Event()
+class GroupMember:
+    """A member of the doorbell group through channels-redis, as a stream process is: receives
+    `count` messages on a thread of its own, subscribed once `started` returns."""
 
-    async def listen():
-        layer = RedisPubSubChannelLayer(hosts=[redis_layer.url], prefix="hikyaku-test")
+    def __init__(self, url: str, count: int) -> None:
+        self.url, self.count = url, count
+        self.received: list[dict] = []
+        self._subscribed = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._listen()))
+
+    async def _listen(self) -> None:
+        layer = RedisPubSubChannelLayer(hosts=[self.url], prefix="hikyaku-test")
         channel = await layer.new_channel()
         await layer.group_add(events.DOORBELL_GROUP, channel)
-        subscribed.set()
-        received.append(await asyncio.wait_for(layer.receive(channel), timeout=5))
+        self._subscribed.set()
+        for _ in range(self.count):
+            self.received.append(await asyncio.wait_for(layer.receive(channel), timeout=5))
         await layer.flush()
 
-    thread = threading.Thread(target=lambda: asyncio.run(listen()))
-    thread.start()
-    assert subscribed.wait(5)
-    time.sleep(0.2)  # the subscription is confirmed asynchronously by Redis
+    def started(self) -> GroupMember:
+        self._thread.start()
+        assert self._subscribed.wait(5)
+        time.sleep(0.2)  # the subscription is confirmed asynchronously by Redis
+        return self
+
+    def join(self) -> list[dict]:
+        self._thread.join(10)
+        return self.received
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sync_ring_reaches_a_channels_redis_group_member(redis_layer):
+    member = GroupMember(redis_layer.url, count=1).started()
     events.ring_after_commit(agent_ids=["a1", "a2"], event_id=42)  # outside a transaction: now
-    thread.join(10)
-    assert received == [{"type": "doorbell", "agents": ["a1", "a2"], "event": 42}]
+    assert member.join() == [{"type": "doorbell", "agents": ["a1", "a2"], "event": 42}]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -104,25 +121,9 @@ def test_a_dead_redis_never_fails_the_caller(redis_layer, tenant, caplog, monkey
 def test_a_dropped_publishing_connection_is_replaced_and_the_doorbell_still_arrives(redis_layer):
     """Each request thread keeps its publishing connection; when Redis drops it (a restart,
     an idle timeout), the next doorbell goes out on a new one instead of being lost."""
-    received: list[dict] = []
-    subscribed = threading.Event()
-
-    async def listen():
-        layer = RedisPubSubChannelLayer(hosts=[redis_layer.url], prefix="hikyaku-test")
-        channel = await layer.new_channel()
-        await layer.group_add(events.DOORBELL_GROUP, channel)
-        subscribed.set()
-        for _ in range(2):
-            received.append(await asyncio.wait_for(layer.receive(channel), timeout=5))
-        await layer.flush()
-
-    thread = threading.Thread(target=lambda: asyncio.run(listen()))
-    thread.start()
-    assert subscribed.wait(5)
-    time.sleep(0.2)
+    member = GroupMember(redis_layer.url, count=2).started()
     events.ring_after_commit(agent_ids=["a1"], event_id=1)
     admin = redis.Redis.from_url(redis_layer.url)
     assert admin.client_kill_filter(_type="normal", skipme=True) >= 1  # ours among them
     events.ring_after_commit(agent_ids=["a2"], event_id=2)
-    thread.join(10)
-    assert [d["event"] for d in received] == [1, 2]
+    assert [d["event"] for d in member.join()] == [1, 2]
