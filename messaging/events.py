@@ -95,11 +95,12 @@ def _publish_redis(doorbell: Doorbell) -> None:
     # serialize() lives on the layer object itself; attributes of the per-event-loop layer
     # behind it are unreachable from sync code, which has no running loop.
     payload = get_channel_layer().serialize(doorbell)
-    request = resp.command("PUBLISH", group_channel_name(), payload)
+    channel = group_channel_name()
     server = _server()
     if server is None:  # a URL a plain socket cannot reach: redis-py's client
-        _client().publish(group_channel_name(), payload)
+        _client().publish(channel, payload)
         return
+    request = resp.command("PUBLISH", channel, payload)
     if _publisher.server != server:  # REDIS_URL changed (tests do that)
         _drop_connection()
     if _publisher.connection is not None:

@@ -106,18 +106,20 @@ class Connection:
         closed or silent connection OSError."""
         self.sock.sendall(request)
         while True:
-            try:
-                value, offset = parse(self.buffer, 0)
-            except Incomplete:
-                data = self.sock.recv(4096)
-                if not data:
-                    raise ConnectionResetError("Redis closed the connection") from None
-                self.buffer += data
-                continue
-            self.buffer = self.buffer[offset:]
-            if isinstance(value, RuntimeError):
-                raise value
-            return value
+            if b"\r\n" in self.buffer:  # a reply may be whole (parse says)
+                try:
+                    value, offset = parse(self.buffer, 0)
+                except Incomplete:
+                    pass
+                else:
+                    self.buffer = self.buffer[offset:]
+                    if isinstance(value, RuntimeError):
+                        raise value
+                    return value
+            data = self.sock.recv(4096)
+            if not data:
+                raise ConnectionResetError("Redis closed the connection")
+            self.buffer += data
 
     def close(self) -> None:
         self.sock.close()

@@ -17,7 +17,7 @@ import redis
 from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.db import transaction
 
-from messaging import events
+from messaging import events, resp
 from messaging.models import Task
 from tests import factories
 from tests.messaging import rpc
@@ -127,3 +127,14 @@ def test_a_dropped_publishing_connection_is_replaced_and_the_doorbell_still_arri
     assert admin.client_kill_filter(_type="normal", skipme=True) >= 1  # ours among them
     events.ring_after_commit(agent_ids=["a2"], event_id=2)
     assert [d["event"] for d in member.join()] == [1, 2]
+
+
+def test_the_publishing_connection_stays_in_step_after_an_error_reply(redis_server):
+    connection = resp.Connection(resp.Server.from_url(redis_server.url), timeout=1)
+    try:
+        with pytest.raises(RuntimeError, match="unknown command"):
+            connection.call(resp.command("NOSUCHCOMMAND"))
+        assert connection.call(resp.command("PING")) == b"PONG"
+        assert connection.call(resp.command("PUBLISH", "nobody-listens", b"x" * 10_000)) == 0
+    finally:
+        connection.close()
