@@ -52,6 +52,13 @@ def check_anonymous_rate(address: str) -> None:
 
 
 def _failures_key(address: str) -> str:
+    return _failures_key_under(address, settings.SECRET_KEY)
+
+
+@functools.lru_cache(maxsize=10_000)
+def _failures_key_under(address: str, secret_key: str) -> str:
+    """The key of an address's failure budget (an HMAC under the secret key: computed once
+    per address, not on every request)."""
     try:
         parsed = ipaddress.ip_address(address)
     except ValueError:
