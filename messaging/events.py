@@ -16,6 +16,7 @@ doorbell is handed to in-process listeners directly.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -103,22 +104,20 @@ def _publish_redis(doorbell: Doorbell) -> None:
     request = resp.command("PUBLISH", channel, payload)
     if _publisher.server != server:  # REDIS_URL changed (tests do that)
         _drop_connection()
-    if _publisher.connection is not None:
+    reused = _publisher.connection is not None
+    while True:
+        if _publisher.connection is None:
+            _publisher.connection = resp.Connection(server, timeout=PUBLISH_TIMEOUT)
+            _publisher.server = server
         try:
             _publisher.connection.call(request)
             return
-        except ConnectionError:  # Redis restarted or dropped us since: once more, anew
+        except BaseException as exc:  # the connection's state is unknown: never reuse it
             _drop_connection()
-        except BaseException:  # a timeout or an error reply: the connection's state is unknown
-            _drop_connection()
-            raise
-    _publisher.connection = resp.Connection(server, timeout=PUBLISH_TIMEOUT)
-    _publisher.server = server
-    try:
-        _publisher.connection.call(request)
-    except BaseException:
-        _drop_connection()
-        raise
+            # A kept connection Redis dropped since (a restart): once more, on a new one.
+            if not (reused and isinstance(exc, ConnectionError)):
+                raise
+            reused = False
 
 
 PUBLISH_TIMEOUT = 0.5
@@ -141,14 +140,13 @@ def _drop_connection() -> None:
         connection.close()
 
 
-_servers: dict[str, resp.Server | None] = {}
-
-
 def _server() -> resp.Server | None:
-    url = settings.REDIS_URL
-    if url not in _servers:
-        _servers[url] = resp.Server.from_url(url)
-    return _servers[url]
+    return _server_at(settings.REDIS_URL)
+
+
+@functools.cache
+def _server_at(url: str) -> resp.Server | None:
+    return resp.Server.from_url(url)
 
 
 def _client():

@@ -22,6 +22,16 @@ TASK_FIELDS = tuple(f.name for f in Task._meta.concrete_fields)
 PARTY_FIELDS = ("name", "status", "webhook_url", "send_to", "receive_from", "disclosure_ceiling")
 # A condition a write must check in its own statement, and its parameters (`Sender.check`).
 Check = tuple[str, list] | None
+
+
+def checked(condition: str, params: list, check: Check) -> tuple[str, list]:
+    """`condition` and, when there is one, `check` (a recalled identity's), with both their
+    parameters in order: what a store's statement writes under."""
+    if check is None:
+        return condition, params
+    return f"({condition}) AND {check[0]}", [*params, *check[1]]
+
+
 # The columns a transition changes (the compare-and-set's SET).
 CHANGED = ("state", "awaiting", "history", "artifacts", "metadata", "status_at", "updated_at")
 

@@ -18,7 +18,7 @@ from hikyaku import rows
 from .. import lifecycle, policy
 from ..models import Task, TaskEvent
 from ..push import delivery, fanout
-from .base import CHANGED, Broadcast, BroadcastResult, Check, Expected, party_ids
+from .base import CHANGED, Broadcast, BroadcastResult, Check, Expected, checked, party_ids
 
 
 class PortableStore:
@@ -28,8 +28,7 @@ class PortableStore:
         reach, params = policy.sql(
             policy.DELIVER, sender=sender, recipient=policy.Row("d"), sensitivity=task.sensitivity
         )
-        if check is not None:
-            reach, params = f"{reach} AND {check[0]}", [*params, *check[1]]
+        reach, params = checked(reach, params, check)
         with transaction.atomic():
             found = _recipients(
                 f"d.id = %s AND d.tenant_id = %s AND d.status = %s AND {reach}",
@@ -91,7 +90,7 @@ class PortableStore:
     ) -> bool:
         fields = [Task._meta.get_field(name) for name in CHANGED]
         assignments = ", ".join(f"{f.column} = %s" for f in fields)
-        condition, condition_params = check or ("TRUE", [])
+        condition, condition_params = checked("TRUE", [], check)
         with transaction.atomic():
             _lock_agents(party_ids(task))
             with connection.cursor() as cursor:

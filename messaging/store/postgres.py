@@ -24,7 +24,16 @@ from ..lifecycle import Role, Transition
 from ..models import Task, TaskEvent
 from ..parties import Sender, actor_label
 from ..push import delivery, fanout
-from .base import CHANGED, TASK_FIELDS, Broadcast, BroadcastResult, Check, Expected, party_ids
+from .base import (
+    CHANGED,
+    TASK_FIELDS,
+    Broadcast,
+    BroadcastResult,
+    Check,
+    Expected,
+    checked,
+    party_ids,
+)
 
 _TASK_COLUMNS = (
     "id, tenant_id, sender_id, caller_id, recipient_id, context_id, type, state, awaiting,"
@@ -64,8 +73,7 @@ class PostgresStore:
         reach, reach_params = policy.sql(
             policy.DELIVER, sender=sender, recipient=policy.Row("d"), sensitivity=task.sensitivity
         )
-        if check is not None:
-            reach, reach_params = f"{reach} AND {check[0]}", [*reach_params, *check[1]]
+        reach, reach_params = checked(reach, reach_params, check)
         webhook_sql, webhook_params = fanout.for_new_tasks(
             task.tenant_id,
             source="(SELECT ev.id AS event_id, ins.id AS task_id, dest.id AS agent_id,"
@@ -245,7 +253,7 @@ class PostgresStore:
         """Lock the parties (id order), update the task if unchanged since it was read (and
         `check` holds), insert the event and its deliveries."""
         ids = party_ids(task)
-        condition, condition_params = check or ("TRUE", [])
+        condition, condition_params = checked("TRUE", [], check)
         fields = [Task._meta.get_field(name) for name in CHANGED]
         assignments = ", ".join(f"{f.column} = %s" for f in fields)
         event_sql, event_params = rows.insert_select(event, source="upd")
@@ -328,9 +336,7 @@ class PostgresStore:
         readable, readable_params = policy.sql(
             policy.READ, **parties, reader=me, sensitivity=policy.Column("m.sensitivity")
         )
-        if actor.check is not None:
-            readable = f"({readable}) AND {actor.check[0]}"  # a recalled identity's
-            readable_params = [*readable_params, *actor.check[1]]
+        readable, readable_params = checked(readable, readable_params, actor.check)
         phases = " OR ".join(["(m.state = %s AND m.awaiting = %s)"] * len(transition.sources))
         phase_params = [v for phase in transition.sources for v in (phase.state, phase.awaiting)]
         sets, set_params = _changes(transition, actor, task_id, message, now)

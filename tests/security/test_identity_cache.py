@@ -15,6 +15,8 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents import services as agent_services
@@ -23,6 +25,7 @@ from agents.models import Agent
 from messaging.models import Task
 from tenants.models import ApiKey, Tenant
 from tests import factories
+from tests.messaging import rpc
 from tests.messaging.rpc import message
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -226,3 +229,39 @@ def test_a_retried_ack_with_a_revoked_token_is_refused(tier, agent, peer):
     delivered(follow_up(tier, task["id"], token=peer.token, message_id="ack-1"))  # the retry
     tokens.revoke_agent_token(agent=peer.refresh())
     refused(follow_up(tier, task["id"], token=peer.token, message_id="ack-1"))
+
+
+AUTHENTICATION = "WHERE agents_agent.token_hash ="  # authenticate_agent's lookup of a token
+
+
+def statements(fn) -> list[str]:
+    with CaptureQueriesContext(connection) as captured:
+        fn()
+    return [q["sql"] for q in captured.captured_queries]
+
+
+def test_a_send_and_an_ack_after_the_first_read_no_credential(agent, peer):
+    """What the cache is for: after the first request, neither a send nor an ack looks the
+    token up (on Postgres each is then its one statement); a revocation brings the lookup
+    back at the next request."""
+
+    def send_one():
+        return rpc.result(agent, "SendMessage", {"message": message(to=peer.id)})["task"]
+
+    def ack(task_id):
+        return rpc.result(peer, "SendMessage", {"message": message(task_id=task_id)})
+
+    first = statements(send_one)
+    assert any(AUTHENTICATION in sql for sql in first), first
+    tasks = []
+    cached = statements(lambda: tasks.append(send_one()))
+    assert not any(AUTHENTICATION in sql for sql in cached), cached
+    statements(lambda: ack(send_one()["id"]))  # the recipient's first request authenticates
+    acked = statements(lambda: ack(tasks[0]["id"]))
+    assert not any(AUTHENTICATION in sql for sql in acked), acked
+    if connection.vendor == "postgresql":
+        assert (len(cached), len(acked)) == (1, 1), (cached, acked)
+
+    tokens.revoke_agent_token(agent=agent.refresh())
+    after = statements(lambda: rpc.call(agent, "SendMessage", {"message": message(to=peer.id)}))
+    assert any(AUTHENTICATION in sql for sql in after), after
