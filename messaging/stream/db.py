@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import select
 import threading
@@ -22,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 log = logging.getLogger(__name__)
 
@@ -101,3 +102,87 @@ async def run_db(fn: Callable[..., T], *args: Any, retry: bool = True) -> T:
     loop = asyncio.get_running_loop()
     context = contextvars.copy_context()
     return await loop.run_in_executor(executor(), context.run, _call, fn, args, retry)
+
+
+# The inbox read on the event loop ------------------------------------------------------------
+
+
+@functools.cache
+def on_postgres() -> bool:
+    """Whether the database is Postgres, whose driver can read on the loop (`loop_fetch`);
+    SQLite's reads stay on the DB threads. Asked once: on the loop every `connection.x` goes
+    through a thread-local lookup."""
+    return connection.vendor == "postgresql"
+
+
+class _LoopConnection:
+    """One psycopg AsyncConnection per stream process, used by one read at a time (the hub
+    reads the woken inbox streams batch after batch). It is opened with the parameters and
+    the type adapters of Django's own connections, so rows come back exactly as a DB thread
+    would read them. Autocommit: each statement is its own snapshot, as on the DB threads."""
+
+    def __init__(self) -> None:
+        self._conn: Any = None
+        # One cursor for the connection's life: it keeps the type adapters it looked up, which
+        # a new cursor per read would look up again.
+        self._cursor: Any = None
+        self._lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one both belong to
+
+    async def _connect(self) -> Any:
+        import psycopg
+
+        params = dict(connection.get_connection_params())
+        params.pop("cursor_factory", None)  # the async default binds parameters server-side
+        conn = await psycopg.AsyncConnection.connect(**params, autocommit=True)
+        if connection.timezone_name is not None:
+            await conn.execute(
+                "SELECT set_config('TimeZone', %s, false)", [connection.timezone_name]
+            )
+        return conn
+
+    async def close(self) -> None:
+        conn, self._conn, self._cursor = self._conn, None, None
+        if conn is not None:
+            try:
+                await conn.close()
+            except Exception:  # noqa: S110 - it is being thrown away
+                pass
+
+    async def fetchall(self, sql: str, params: list[Any]) -> list[tuple]:
+        import psycopg
+
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # a new loop (a server restarted in the same process)
+            self._conn = self._cursor = None
+            self._lock, self._loop = asyncio.Lock(), loop
+        async with self._lock:
+            for attempt in (1, 2):
+                try:
+                    if self._conn is None or self._conn.closed:
+                        self._conn = await self._connect()
+                        self._cursor = self._conn.cursor()
+                    await self._cursor.execute(sql, params)
+                    return await self._cursor.fetchall()
+                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                    # Typically a connection the database closed (restart, failover, idle
+                    # timeout): read again once on a new one, as the DB threads do.
+                    await self.close()
+                    if attempt == 2:
+                        raise OperationalError(str(exc)) from exc
+                    log.info("stream loop connection was broken; retrying on a new one")
+                except psycopg.Error as exc:
+                    raise DatabaseError(str(exc)) from exc
+        raise AssertionError("unreachable")
+
+
+_loop_connection = _LoopConnection()
+
+
+async def loop_fetch(sql: str, params: list[Any]) -> list[tuple]:
+    """Every row of one statement, on the loop's own connection (Postgres only)."""
+    return await _loop_connection.fetchall(sql, params)
+
+
+async def close_loop_connection() -> None:
+    await _loop_connection.close()

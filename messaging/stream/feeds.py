@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django.db.models import Max, Q
@@ -28,7 +28,7 @@ from ..models import Task, TaskEvent
 from ..parties import person_of
 from . import snapshot, sse
 from .batch import Batch
-from .reads import PAGE, read_inboxes
+from .reads import PAGE, read_inboxes, read_inboxes_on_loop
 
 Kind = TaskEvent.Kind
 
@@ -45,8 +45,9 @@ class Feed:
     callee: tuple[uuid.UUID, bool] | None = None
     cursor = 0
     # `fetch` for many feeds of this kind in one go (feeds -> their batches, in order), which
-    # the hub uses for the feeds woken together; None: each feed fetches on its own.
-    read_many: Callable[[list[Any]], list[Batch]] | None = None
+    # the hub awaits on the event loop for the feeds woken together; None: each feed fetches
+    # on its own, on a DB thread.
+    read_many: Callable[[list[Any]], Awaitable[list[Batch]]] | None = None
 
     def open(self) -> Batch:
         """Called once the stream is registered with the hub: the first frames."""
@@ -140,7 +141,7 @@ class InboxFeed(Feed):
         replay = self.fetch()
         return Batch([b"retry: 1000\n\n", ready, *replay.frames], replay.closed, replay.more)
 
-    read_many = staticmethod(read_inboxes)
+    read_many = staticmethod(read_inboxes_on_loop)
 
     def fetch(self) -> Batch:
         """What happened after the cursor (the hub reads the streams woken together at once:

@@ -17,8 +17,9 @@ was rotated, or whose agent was deregistered or disabled; likewise, in one query
 on agents' own endpoints whose agent is gone or (for callers outside its tenant) unpublished.
 
 A woken stream reads its events from the database; the hub never carries events. The inbox
-streams woken together read in one batch (`read`): one trip to a DB thread and one statement
-for all of them (messaging/stream/reads.py) instead of one of each per stream.
+streams woken together read in one batch (`read`): one statement for all of them, on the
+loop's own connection on Postgres or one trip to a DB thread on SQLite
+(messaging/stream/reads.py), instead of one of each per stream.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from agents.selectors import peer_reachability
 from .. import events
 from ..models import TaskEvent
 from . import doorbells
-from .db import run_db
+from .db import close_loop_connection, run_db
 
 if TYPE_CHECKING:
     from .batch import Batch
@@ -169,8 +170,9 @@ class Hub:
 
     async def read(self, feed: Feed) -> Batch:
         """`feed.fetch()` on a stream DB thread; feeds with a `read_many` (the inbox) are read
-        together with the others of their kind woken meanwhile: while one batch is being
-        read, the streams woken in the meantime queue for the next."""
+        together with the others of their kind woken meanwhile, on the loop where the
+        database allows it (messaging/stream/reads.py): while one batch is being read, the
+        streams woken in the meantime queue for the next."""
         if feed.read_many is None:
             return await run_db(feed.fetch)
         future = asyncio.get_running_loop().create_future()
@@ -190,7 +192,7 @@ class Hub:
                         groups.setdefault(feed.read_many, []).append((feed, future))
                 for read_many, group in groups.items():
                     try:
-                        batches = await run_db(read_many, [feed for feed, _ in group])
+                        batches = await read_many([feed for feed, _ in group])
                     except Exception as exc:  # each stream retries on its own schedule
                         for _, future in group:
                             if not future.done():
@@ -248,6 +250,7 @@ class Hub:
         if self._probe is not None:
             await self._probe.aclose()
             self._probe = None
+        await close_loop_connection()
         self.started = False
 
     # The doorbell listener (Redis) ---------------------------------------------------------

@@ -1,7 +1,8 @@
 """The inbox streams' read: every woken inbox stream of a process in one statement.
 
-The hub hands the inbox streams that were woken together to `read_inboxes`, on one trip to a
-stream DB thread. One hand-written statement (hikyaku/rows.py) reads, for each stream, its
+The hub hands the inbox streams that were woken together to `read_inboxes_on_loop`: on
+Postgres the statement runs on the event loop's own connection, elsewhere on one trip to a
+stream DB thread (`read_inboxes`). One hand-written statement (hikyaku/rows.py) reads, for each stream, its
 events after its cursor (at most PAGE), their tasks, both parties' current rows, each task's
 latest event id (whether the row is that event's moment, messaging/stream/snapshot.py) and
 whether the stream's credentials still hold — the same condition as
@@ -29,7 +30,7 @@ from hikyaku import rows as sql_rows
 from .. import policy
 from ..a2a.wire import Dialect, render_task
 from ..models import Task, TaskEvent
-from . import snapshot, sse
+from . import db, snapshot, sse
 from .batch import Batch
 
 PAGE = 500  # events read per stream and statement; a full page is followed by another read
@@ -149,7 +150,7 @@ def _portable_member(via_token: bool) -> str:
 
 
 def _statement(feeds: list[InboxFeed]) -> tuple[str, list[Any]]:
-    if connection.vendor == "postgresql":
+    if db.on_postgres():
         _, token = identity_current_sql("", "", via_token=True)
         _, key = identity_current_sql("", "", via_token=False)
         rows = [
@@ -194,13 +195,9 @@ class _Row:
         self.event_id, self.delivery, self.latest, self.task = event_id, delivery, latest, task
 
 
-def _read(feeds: list[InboxFeed]) -> dict[int, tuple[bool, list[_Row]]]:
-    """Per stream (its index in `feeds`) that has events: whether its credentials hold, and
-    its events in id order."""
-    sql, params = _statement(feeds)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        fetched = cursor.fetchall()
+def _collect(fetched: list[tuple]) -> dict[int, tuple[bool, list[_Row]]]:
+    """The rows of `_statement` per stream (its index in the chunk) that has events: whether
+    its credentials hold, and its events in id order."""
     n_task, n_agent = len(TASK_FIELDS), len(AGENT_FIELDS)
     tasks: dict[tuple[Any, int], Task] = {}  # one instance per task and latest event
     out: dict[int, tuple[bool, list[_Row]]] = {}
@@ -222,6 +219,12 @@ def _read(feeds: list[InboxFeed]) -> dict[int, tuple[bool, list[_Row]]]:
     return out
 
 
+def _fetch(sql: str, params: list[Any]) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
 def _moments(rows: list[_Row]) -> dict[int, Task]:
     """The task as of each event that is not its task's latest (replays), by event id."""
     older = [r for r in rows if r.event_id != r.latest]
@@ -236,34 +239,67 @@ def _moments(rows: list[_Row]) -> dict[int, Task]:
     return moments
 
 
+def _replays(found: dict[int, tuple[bool, list[_Row]]]) -> list[_Row]:
+    """The rows whose task must be shown as of an earlier moment (`_moments`)."""
+    return [r for ok, rows in found.values() if ok for r in rows if r.event_id != r.latest]
+
+
+def _render(
+    chunk: list[InboxFeed],
+    batches: list[Batch],
+    found: dict[int, tuple[bool, list[_Row]]],
+    moments: dict[int, Task],
+    frames: dict[tuple[int, Any, bool], bytes],
+) -> None:
+    """Fill each stream's batch from its rows, advancing its cursor; `frames` holds each
+    event's frame per dialect, shared by every stream that carries it."""
+    for k, (ok, rows) in found.items():
+        feed, batch = chunk[k], batches[k]
+        if not ok:
+            batch.closed = "credentials"
+            continue
+        batch.more = len(rows) == PAGE
+        for r in rows:
+            feed.cursor = r.event_id
+            task = r.task
+            me = task.recipient if task.recipient_id == feed.agent_id else task.sender
+            if me is None or not policy.may_read(me, task):
+                continue
+            key = (r.event_id, feed.dialect, r.delivery)
+            frame = frames.get(key)
+            if frame is None:
+                body = render_task(moments.get(r.event_id, task), feed.dialect)
+                name = "message" if r.delivery else "task-update"
+                frame = frames[key] = sse.event(sse.encode(body), name=name, event_id=r.event_id)
+            batch.frames.append(frame)
+
+
 def read_inboxes(feeds: list[InboxFeed]) -> list[Batch]:
     """What each of `feeds` has after its cursor (advancing the cursors), in one statement
     per CHUNK streams. Runs on a stream DB thread."""
     batches = [Batch() for _ in feeds]
-    frames: dict[tuple[int, Any, bool], bytes] = {}  # (event id, dialect, is a message)
+    frames: dict[tuple[int, Any, bool], bytes] = {}
     for start in range(0, len(feeds), CHUNK):
         chunk = feeds[start : start + CHUNK]
-        found = _read(chunk)
-        moments = _moments([r for ok, rows in found.values() if ok for r in rows])
-        for k, (ok, rows) in found.items():
-            feed, batch = chunk[k], batches[start + k]
-            if not ok:
-                batch.closed = "credentials"
-                continue
-            batch.more = len(rows) == PAGE
-            for r in rows:
-                feed.cursor = r.event_id
-                task = r.task
-                me = task.recipient if task.recipient_id == feed.agent_id else task.sender
-                if me is None or not policy.may_read(me, task):
-                    continue
-                key = (r.event_id, feed.dialect, r.delivery)
-                frame = frames.get(key)
-                if frame is None:
-                    body = render_task(moments.get(r.event_id, task), feed.dialect)
-                    name = "message" if r.delivery else "task-update"
-                    frame = frames[key] = sse.event(
-                        sse.encode(body), name=name, event_id=r.event_id
-                    )
-                batch.frames.append(frame)
+        found = _collect(_fetch(*_statement(chunk)))
+        _render(chunk, batches[start : start + CHUNK], found, _moments(_replays(found)), frames)
+    return batches
+
+
+async def read_inboxes_on_loop(feeds: list[InboxFeed]) -> list[Batch]:
+    """`read_inboxes` without a trip to a DB thread where the database allows it: on
+    Postgres the statement runs on the stream process's own connection on the event loop
+    (messaging.stream.db.loop_fetch), and only a page that replays older events reads their
+    timelines on a DB thread. A trip to a DB thread and back costs about as much CPU as the
+    read itself (docs/MEASUREMENTS.md, Streams)."""
+    if not db.on_postgres():
+        return await db.run_db(read_inboxes, feeds)
+    batches = [Batch() for _ in feeds]
+    frames: dict[tuple[int, Any, bool], bytes] = {}
+    for start in range(0, len(feeds), CHUNK):
+        chunk = feeds[start : start + CHUNK]
+        found = _collect(await db.loop_fetch(*_statement(chunk)))
+        replays = _replays(found)
+        moments = await db.run_db(_moments, replays) if replays else {}
+        _render(chunk, batches[start : start + CHUNK], found, moments, frames)
     return batches
