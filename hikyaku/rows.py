@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any, TypeVar
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection
 from django.db.models import AutoField, BigAutoField, Model
 
 M = TypeVar("M", bound=Model)
@@ -103,7 +103,9 @@ def convert(model: type[Model], fields: tuple[str, ...], values: tuple) -> dict[
 def build(model: type[M], fields: tuple[str, ...], values: tuple) -> M:
     """A model instance from a row holding exactly `fields`; other fields stay deferred."""
     converted = convert(model, fields, values)
-    return model.from_db(connection.alias, list(converted), list(converted.values()))
+    # The one database's alias, not `connection.alias`: on an event loop every attribute of
+    # `connection` is a context-local lookup (messaging.stream reads rows there).
+    return model.from_db(DEFAULT_DB_ALIAS, list(converted), list(converted.values()))
 
 
 def first(model: type[M], fields: tuple[str, ...], sql: str, params: list[Any]) -> M | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import gc
+import time
 
 import pytest
 from django.conf import settings
@@ -85,7 +86,7 @@ def test_the_loop_read_closes_a_stream_whose_token_was_rotated(agent, peer):
 
 
 @pytest.mark.skipif(not settings.IS_POSTGRES, reason="the loop has its own connection on Postgres")
-def test_the_loop_connection_is_opened_again_after_the_database_dropped_it(agent, peer):
+def test_the_loop_connection_is_let_go_and_opened_again_after_the_database_dropped_it(agent, peer):
     from django.db import connection
 
     send(agent, peer.id, "one")
@@ -118,14 +119,20 @@ def test_the_loop_connection_is_opened_again_after_the_database_dropped_it(agent
             pid = (await db.loop_fetch("SELECT pg_backend_pid()", []))[0][0]
             # Django's connections are for threads outside the loop.
             await asyncio.to_thread(terminate, pid)
+            # The server's goodbye made the idle socket readable; the loop must not keep
+            # waking for it.
+            cpu = time.process_time()
+            await asyncio.sleep(0.5)
+            idle_cpu = time.process_time() - cpu
             await asyncio.to_thread(send_and_close, "two")
             second = await read_inboxes_on_loop([feeds[0]])
             pid_after = (await db.loop_fetch("SELECT pg_backend_pid()", []))[0][0]
-            return first, second, pid, pid_after
+            return first, second, pid, pid_after, idle_cpu
         finally:
             await db.close_loop_connection()
 
-    first, second, pid, pid_after = asyncio.run(scenario())
+    first, second, pid, pid_after, idle_cpu = asyncio.run(scenario())
+    assert idle_cpu < 0.2
     assert len(first[0].frames) == 1
     assert len(second[0].frames) == 1 and b"two" in second[0].frames[0]
     assert pid_after != pid
