@@ -131,10 +131,13 @@ class _Socket:
         self.future: asyncio.Future[int] | None = None
 
     def _ready(self, state: int) -> None:
-        if self.future is not None and not self.future.done():
-            self.future.set_result(state)
-        elif state == _READY_R:
-            self.unwatch()
+        future = self.future
+        if future is None:
+            if state == _READY_R:
+                self.unwatch()
+        elif not future.done():
+            future.set_result(state)
+        # else: the loop polled again before the waiting statement ran on; it reads next.
 
     def unwatch(self) -> None:
         if self.watching:
