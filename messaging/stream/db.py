@@ -121,12 +121,14 @@ class _Socket:
     reader (two epoll changes, a selector lookup that fails by exception, a timer) for every
     wait — about a tenth of a live event's CPU here.
 
-    Nothing is owed between statements, so the socket turning readable then is the server's
-    doing (a notice, or its goodbye before a restart): the watch is dropped, or the loop would
-    be woken on every turn; the next statement watches again and psycopg reads what came."""
+    The socket also turns readable between statements (a message that came after a
+    statement's result, a notice, the server's goodbye before a restart): libpq takes in what
+    came, and keeps it for the next statement; if the server hung up, the watch is dropped,
+    or the loop would be woken on every turn, and the next statement finds the connection
+    broken."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, fileno: int) -> None:
-        self.loop, self.fileno = loop, fileno
+    def __init__(self, loop: asyncio.AbstractEventLoop, pgconn: Any) -> None:
+        self.loop, self.pgconn, self.fileno = loop, pgconn, pgconn.socket
         self.watching = False
         self.future: asyncio.Future[int] | None = None
 
@@ -134,7 +136,12 @@ class _Socket:
         future = self.future
         if future is None:
             if state == _READY_R:
-                self.unwatch()
+                try:
+                    # Between statements: take what came off the socket (libpq keeps it
+                    # for the next statement), so it does not stay readable.
+                    self.pgconn.consume_input()
+                except Exception:  # the server hung up
+                    self.unwatch()
         elif not future.done():
             future.set_result(state)
         # else: the loop polled again before the waiting statement ran on; it reads next.
@@ -271,7 +278,7 @@ def _connection_class() -> type:
         _socket: _Socket | None = None
 
         def watch(self, loop: asyncio.AbstractEventLoop) -> None:
-            self._socket = _Socket(loop, self.pgconn.socket)
+            self._socket = _Socket(loop, self.pgconn)
 
         def unwatch(self) -> None:
             if self._socket is not None:
