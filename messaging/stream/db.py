@@ -22,6 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import psycopg
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
@@ -164,7 +165,7 @@ class _Socket:
         except StopIteration as stop:
             return stop.value
         except OSError as exc:
-            raise _psycopg().OperationalError("connection socket closed") from exc
+            raise psycopg.OperationalError("connection socket closed") from exc
 
     async def _wait(self, state: int) -> int:
         if not self.watching:
@@ -181,7 +182,8 @@ class _Socket:
                 self.loop.remove_writer(self.fileno)
 
 
-_WAIT_W, _READY_R, _READY_W = 2, 1, 2  # psycopg's Wait.W, Ready.R, Ready.W
+_WAIT_R, _WAIT_W = psycopg.waiting.WAIT_R, psycopg.waiting.WAIT_W
+_READY_R, _READY_W = psycopg.waiting.READY_R, psycopg.waiting.READY_W
 
 
 def _poll(fileno: int, state: int) -> int:
@@ -190,7 +192,7 @@ def _poll(fileno: int, state: int) -> int:
     if not state & _WAIT_W:
         return 0
     poller = select.poll()
-    poller.register(fileno, (select.POLLIN if state & 1 else 0) | select.POLLOUT)
+    poller.register(fileno, (select.POLLIN if state & _WAIT_R else 0) | select.POLLOUT)
     ready = 0
     for _, events in poller.poll(0):
         if events & (select.POLLIN | select.POLLERR | select.POLLHUP):
@@ -198,12 +200,6 @@ def _poll(fileno: int, state: int) -> int:
         if events & select.POLLOUT:
             ready |= _READY_W
     return ready & state
-
-
-def _psycopg() -> Any:
-    import psycopg
-
-    return psycopg
 
 
 class _LoopConnection:
@@ -221,10 +217,9 @@ class _LoopConnection:
         self._loop: asyncio.AbstractEventLoop | None = None  # the one both belong to
 
     async def _connect(self) -> Any:
-
         params = dict(connection.get_connection_params())
         params.pop("cursor_factory", None)  # the async default binds parameters server-side
-        conn = await _connection_class().connect(**params, autocommit=True)
+        conn = await _PgConnection.connect(**params, autocommit=True)
         if connection.timezone_name is not None:
             await conn.execute(
                 "SELECT set_config('TimeZone', %s, false)", [connection.timezone_name]
@@ -242,10 +237,10 @@ class _LoopConnection:
                 pass
 
     async def fetchall(self, sql: str, params: list[Any]) -> list[tuple]:
-        import psycopg
-
         loop = asyncio.get_running_loop()
-        if self._loop is not loop:  # a new loop (a server restarted in the same process)
+        if self._loop is not loop:
+            # A new loop (a server started again in the same process): the old connection
+            # belonged to the old loop and is left to be collected.
             self._conn = self._cursor = None
             self._lock, self._loop = asyncio.Lock(), loop
         async with self._lock:
@@ -268,36 +263,30 @@ class _LoopConnection:
         raise AssertionError("unreachable")
 
 
-@functools.cache
-def _connection_class() -> type:
-    psycopg = _psycopg()
+class _PgConnection(psycopg.AsyncConnection):
+    """An AsyncConnection whose statements wait through a `_Socket`."""
 
-    class LoopConnection(psycopg.AsyncConnection):
-        """An AsyncConnection whose statements wait through a `_Socket`."""
+    _socket: _Socket | None = None
 
-        _socket: _Socket | None = None
+    def watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._socket = _Socket(loop, self.pgconn)
 
-        def watch(self, loop: asyncio.AbstractEventLoop) -> None:
-            self._socket = _Socket(loop, self.pgconn)
+    def unwatch(self) -> None:
+        if self._socket is not None:
+            self._socket.unwatch()
+            self._socket = None
 
-        def unwatch(self) -> None:
-            if self._socket is not None:
-                self._socket.unwatch()
-                self._socket = None
-
-        async def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None):
-            if self._socket is None or timeout is not None:
-                return await super().wait(gen, interval=interval, timeout=timeout)
-            try:
-                return await self._socket.run(gen)
-            except BaseException:
-                # Cancelled or failed half way through a statement: the connection's state
-                # is unknown, so it is not used again.
-                self.unwatch()
-                self.pgconn.finish()
-                raise
-
-    return LoopConnection
+    async def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+        if self._socket is None or timeout is not None:
+            return await super().wait(gen, interval=interval, timeout=timeout)
+        try:
+            return await self._socket.run(gen)
+        except BaseException:
+            # Cancelled or failed half way through a statement: the connection's state is
+            # unknown, so it is not used again.
+            self.unwatch()
+            self.pgconn.finish()
+            raise
 
 
 _loop_connection = _LoopConnection()

@@ -2,13 +2,13 @@
 
 The hub hands the inbox streams that were woken together to `read_inboxes_on_loop`: on
 Postgres the statement runs on the event loop's own connection, elsewhere on one trip to a
-stream DB thread (`read_inboxes`). One hand-written statement (hikyaku/rows.py) reads, for each stream, its
-events after its cursor (at most PAGE), their tasks, both parties' current rows, each task's
-latest event id (whether the row is that event's moment, messaging/stream/snapshot.py) and
-whether the stream's credentials still hold — the same condition as
-`agents.auth.identity_is_current`, in the same snapshot as the events, so nothing is
-delivered on credentials revoked before the read however recent the hub's batch check. Each
-event is rendered and encoded once per dialect however many streams carry it.
+stream DB thread (`read_inboxes`). One hand-written statement (hikyaku/rows.py) reads, for
+each stream, its events after its cursor (at most PAGE), their tasks, both parties' current
+rows, each task's latest event id (whether the row is that event's moment,
+messaging/stream/snapshot.py) and whether the stream's credentials still hold — the same
+condition as `agents.auth.identity_is_current`, in the same snapshot as the events, so
+nothing is delivered on credentials revoked before the read however recent the hub's batch
+check. Each event is rendered and encoded once per dialect however many streams carry it.
 
 A select_related queryset for one stream's read cost ~1.4 ms of CPU to compile here, several
 times the statement itself; column names, parameter adapters and value converters still come
@@ -225,9 +225,9 @@ def _fetch(sql: str, params: list[Any]) -> list[tuple]:
         return cursor.fetchall()
 
 
-def _moments(rows: list[_Row]) -> dict[int, Task]:
-    """The task as of each event that is not its task's latest (replays), by event id."""
-    older = [r for r in rows if r.event_id != r.latest]
+def _moments(older: list[_Row]) -> dict[int, Task]:
+    """The task as of each of `older` (`_replays`: events that are not their task's latest),
+    by event id."""
     if not older:
         return {}
     steps = snapshot.timelines({r.task.pk for r in older}, max(r.event_id for r in older))
