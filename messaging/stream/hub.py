@@ -123,7 +123,7 @@ class Hub:
         self._reading = False
         # The batch reads run one at a time, each in this same context: Django's connection
         # handler keeps one object per context on an event loop, so a task with a context of
-        # its own would build a new one (~1/10 of a live event's CPU here).
+        # its own would build a new one (a few per cent of a live event's CPU here).
         self._read_context = contextvars.Context()
         self.started = False
 
