@@ -18,6 +18,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -301,14 +302,23 @@ def identity_is_current(identity: AgentIdentity) -> bool:
         return cursor.fetchone() is not None
 
 
-def identity_current_sql(agent: str, credential_hash: str, *, via_token: bool) -> tuple[str, list]:
+def current_time_param() -> Any:
+    """The current time as `identity_current_sql` takes it (prepared for the database)."""
+    # Both timestamps it compares with are DateTimeFields.
+    return rows.prep(Agent, "token_expires_at", timezone.now())
+
+
+def identity_current_sql(
+    agent: str, credential_hash: str, *, via_token: bool, now: Any = None
+) -> tuple[str, list]:
     """`identity_is_current` as an SQL condition over two SQL expressions (the agent's id
     and the credential's hash), for a statement that checks credentials in the same read as
     its work (the stream processes' inbox reads, a recalled identity's write). Returns the
     condition and the parameters of its own placeholders, which all come before those of the
-    two expressions."""
-    # Both timestamps are DateTimeFields: the current time, prepared once.
-    now = rows.prep(Agent, "token_expires_at", timezone.now())
+    two expressions. `now`: `current_time_param()` when the caller already has it (a
+    statement checking both kinds of credential)."""
+    if now is None:
+        now = current_time_param()
     if via_token:
         return _current_sql(agent, credential_hash, True), [_ACTIVE, now, now]
     require_tokens = False  # a key identity holds only where the tenant allows keys

@@ -14,6 +14,10 @@ from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connection
 from django.db.models import AutoField, BigAutoField, Model
+from django.db.models.base import ModelState
+from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
+from django.db.models.query_utils import DeferredAttribute
+from django.db.models.signals import post_init, pre_init
 
 M = TypeVar("M", bound=Model)
 
@@ -100,12 +104,42 @@ def convert(model: type[Model], fields: tuple[str, ...], values: tuple) -> dict[
     return out
 
 
+@cache
+def _plain_attributes(model: type[Model], fields: tuple[str, ...]) -> bool:
+    """Whether setting each of `fields` on a new instance of `model` only stores its value
+    (the class attribute is Django's plain DeferredAttribute, or the foreign key's, which
+    also forgets a cached related object a new instance does not have)."""
+    meta = model._meta
+    for name in fields:
+        descriptor = model.__dict__.get(meta.get_field(name).attname)
+        if type(descriptor) not in (DeferredAttribute, ForeignKeyDeferredAttribute):
+            return False
+    return True
+
+
 def build(model: type[M], fields: tuple[str, ...], values: tuple) -> M:
-    """A model instance from a row holding exactly `fields`; other fields stay deferred."""
+    """A model instance from a row holding exactly `fields`; other fields stay deferred.
+
+    The instance is what `Model.from_db` builds, without running `Model.__init__` (a fifth
+    of a live stream event's read, docs/MEASUREMENTS.md): its values go straight into the
+    instance's dict, which is all `__init__` does with them for plain fields. A model with
+    init signal receivers or a field with a descriptor of its own takes `from_db`."""
     converted = convert(model, fields, values)
-    # The one database's alias, not `connection.alias`: on an event loop every attribute of
-    # `connection` is a context-local lookup (messaging.stream reads rows there).
-    return model.from_db(DEFAULT_DB_ALIAS, list(converted), list(converted.values()))
+    if (
+        not _plain_attributes(model, fields)
+        or pre_init.has_listeners(model)
+        or post_init.has_listeners(model)
+    ):
+        # The one database's alias, not `connection.alias`: on an event loop every attribute
+        # of `connection` is a context-local lookup (messaging.stream reads rows there).
+        return model.from_db(DEFAULT_DB_ALIAS, list(converted), list(converted.values()))
+    state = ModelState()
+    state.adding = False
+    state.db = DEFAULT_DB_ALIAS
+    obj = model.__new__(model)
+    converted["_state"] = state
+    obj.__dict__ = converted
+    return obj
 
 
 def first(model: type[M], fields: tuple[str, ...], sql: str, params: list[Any]) -> M | None:

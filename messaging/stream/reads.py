@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from django.db import connection
 
-from agents.auth import AgentIdentity, identity_current_sql
+from agents.auth import AgentIdentity, current_time_param, identity_current_sql
 from agents.models import Agent
 from hikyaku import rows as sql_rows
 
@@ -150,9 +150,10 @@ def _portable_member(via_token: bool) -> str:
 
 
 def _statement(feeds: list[InboxFeed]) -> tuple[str, list[Any]]:
+    now = current_time_param()
     if db.on_postgres():
-        _, token = identity_current_sql("", "", via_token=True)
-        _, key = identity_current_sql("", "", via_token=False)
+        _, token = identity_current_sql("", "", via_token=True, now=now)
+        _, key = identity_current_sql("", "", via_token=False, now=now)
         rows = [
             (k, f.tenant_id, f.agent_id, f.cursor, f.identity.credential_hash, f.identity.via_token)
             for k, f in enumerate(feeds)
@@ -169,7 +170,7 @@ def _statement(feeds: list[InboxFeed]) -> tuple[str, list[Any]]:
     members, params = [], []
     for k, feed in enumerate(feeds):
         via_token = feed.identity.via_token
-        _, constants = identity_current_sql("", "", via_token=via_token)
+        _, constants = identity_current_sql("", "", via_token=via_token, now=now)
         me = sql_rows.prep(TaskEvent, "recipient_agent_id", feed.agent_id)
         members.append(_portable_member(via_token))
         params += [
