@@ -120,8 +120,8 @@ def _plain_attributes(model: type[Model], fields: tuple[str, ...]) -> bool:
 def build(model: type[M], fields: tuple[str, ...], values: tuple) -> M:
     """A model instance from a row holding exactly `fields`; other fields stay deferred.
 
-    The instance is what `Model.from_db` builds, without running `Model.__init__` (a fifth
-    of a live stream event's read, docs/MEASUREMENTS.md): its values go straight into the
+    The instance is what `Model.from_db` builds, without running `Model.__init__` (half the
+    cost of building a task, docs/MEASUREMENTS.md, Streams): its values go straight into the
     instance's dict, which is all `__init__` does with them for plain fields. A model with
     init signal receivers or a field with a descriptor of its own takes `from_db`."""
     converted = convert(model, fields, values)
