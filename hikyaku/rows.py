@@ -12,10 +12,14 @@ from __future__ import annotations
 from functools import cache
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection
-from django.db.models import AutoField, BigAutoField, Model
-from django.db.models.base import ModelState
-from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
+from django.db.models import AutoField, BigAutoField, Field, Model
+from django.db.models.base import DEFERRED, ModelState
+from django.db.models.fields.related_descriptors import (
+    ForeignKeyDeferredAttribute,
+    ForwardManyToOneDescriptor,
+)
 from django.db.models.query_utils import DeferredAttribute
 from django.db.models.signals import post_init, pre_init
 
@@ -139,6 +143,94 @@ def build(model: type[M], fields: tuple[str, ...], values: tuple) -> M:
     obj = model.__new__(model)
     converted["_state"] = state
     obj.__dict__ = converted
+    return obj
+
+
+# One concrete field of a model, as `new` fills it: name, attname, and for a foreign key the
+# related model and the attname of the key it holds (else None, None).
+_Slot = tuple[str, str, type[Model] | None, str | None, Field]
+
+
+@cache
+def _new_plan(model: type[Model]) -> tuple[tuple[_Slot, ...], frozenset[str]] | None:
+    """How `new` fills an instance of `model`, or None when `model(**values)` does more than
+    store values: a field without a column, a descriptor of its own, a relation other than a
+    plain foreign key."""
+    meta = model._meta
+    if list(meta.fields) != list(meta.concrete_fields):
+        return None
+    slots: list[_Slot] = []
+    for field in meta.concrete_fields:
+        if field.generated:
+            return None
+        descriptor = type(model.__dict__.get(field.attname))
+        if not field.is_relation:
+            if descriptor is not DeferredAttribute:
+                return None
+            slots.append((field.name, field.attname, None, None, field))
+            continue
+        related = field.related_fields
+        if (
+            not field.many_to_one
+            or descriptor is not ForeignKeyDeferredAttribute
+            or type(model.__dict__.get(field.name)) is not ForwardManyToOneDescriptor
+            or len(related) != 1
+        ):
+            return None
+        remote = field.remote_field.model._meta.concrete_model
+        slots.append((field.name, field.attname, remote, related[0][1].attname, field))
+    names = frozenset(n for slot in slots for n in slot[:2])
+    return tuple(slots), names
+
+
+def new(model: type[M], **values: Any) -> M:
+    """A new, unsaved instance: what `model(**values)` builds, without running
+    `Model.__init__` (a send builds two, docs/MEASUREMENTS.md, "Where a send's CPU goes").
+
+    A field's value, or a related instance under the relation's name (the key is taken from
+    it and the instance cached, as its descriptor would), or the field's default, goes
+    straight into the instance's dict. Anything `__init__` would do more — init signal
+    receivers, database routers, a related instance of another database or not saved, a
+    property or unknown name among `values`, a model with fields `_new_plan` does not
+    fill — is left to `model(**values)`."""
+    planned = _new_plan(model)
+    if (
+        planned is None
+        or not planned[1].issuperset(values)
+        or pre_init.has_listeners(model)
+        or post_init.has_listeners(model)
+        or settings.DATABASE_ROUTERS
+    ):
+        return model(**values)
+    state = ModelState()
+    filled: dict[str, Any] = {"_state": state}
+    cached: dict[str, Any] = {}
+    for name, attname, remote, key, field in planned[0]:
+        if remote is not None and name in values:
+            related = values[name]
+            if related is None:
+                filled[attname] = None
+            elif (
+                attname in values
+                or not isinstance(related, remote)
+                or related._state.db != DEFAULT_DB_ALIAS
+            ):
+                return model(**values)
+            else:
+                filled[attname] = getattr(related, key)
+                state.db = DEFAULT_DB_ALIAS
+            cached[name] = related
+        elif attname in values:
+            value = values[attname]
+            if value is DEFERRED:
+                return model(**values)
+            filled[attname] = value
+        else:
+            filled[attname] = field.get_default()
+    if cached:
+        state.fields_cache = cached
+    obj = model.__new__(model)
+    obj.__dict__ = filled
     return obj
 
 

@@ -21,7 +21,7 @@ from django.utils import timezone
 from agents import selectors as agent_selectors
 from agents.auth import Unverified
 from agents.models import Sensitivity
-from hikyaku import metrics
+from hikyaku import metrics, rows
 from hikyaku.errors import DestinationNotFound, InvalidRequest, ServiceUnavailable, TaskNotFound
 
 from . import events, lifecycle, messages, policy, store
@@ -196,7 +196,7 @@ def _new_task(sender: Sender, message: dict[str, Any], now, **fields: Any) -> Ta
         "updated_at": now,
         "status_at": now,
     }
-    return Task(**{**defaults, **fields})
+    return rows.new(Task, **{**defaults, **fields})
 
 
 def _agent_pk(value: str) -> uuid.UUID | None:
@@ -398,7 +398,8 @@ def _already_applied(task: Task, sender: Sender, message: dict[str, Any]) -> boo
 
 def _event_row(task: Task, sender: Sender, kind: str, from_state: str, payload: dict) -> TaskEvent:
     """The event of `kind` that leaves `task` as it now is."""
-    return TaskEvent(
+    return rows.new(
+        TaskEvent,
         tenant_id=task.tenant_id,
         task=task,
         sender_agent_id=task.sender_id,

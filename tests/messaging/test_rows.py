@@ -1,15 +1,19 @@
 """Instances built from hand-written rows (hikyaku/rows.py, `build`) are the instances the ORM
 would give: the same values, the same deferred fields, loaded from the same database; a model
-with init signal receivers still has them called."""
+with init signal receivers still has them called. New instances (`new`) are the ones the
+model's constructor builds, and whatever the constructor would do more is left to it."""
 
 from __future__ import annotations
 
 import pytest
 from django.db import connection
 from django.db.models.signals import post_init
+from django.utils import timezone
 
+from agents.models import Agent
 from hikyaku import rows
-from messaging.models import Task
+from messaging import lifecycle
+from messaging.models import Task, TaskEvent
 from messaging.stream.reads import TASK_FIELDS
 from tests.messaging.rpc import act, send
 
@@ -58,3 +62,100 @@ def test_init_signal_receivers_are_still_called(agent, peer):
         post_init.disconnect(receiver, sender=Task)
     assert seen == [built.pk]
     assert _read(task_id).pk == built.pk and seen == [built.pk]
+
+
+def _task_values(agent, peer) -> dict:
+    """What a send gives a new task: related instances, a key, values, and fields left out."""
+    message = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    now = timezone.now()
+    return {
+        "tenant": agent.model.tenant,
+        "sender": agent.model,
+        "parent": None,
+        "recipient_id": peer.model.id,
+        "caller_id": "",
+        "context_id": str(peer.model.id),
+        "state": lifecycle.CREATED_PHASE.state,
+        "awaiting": lifecycle.CREATED_PHASE.awaiting,
+        "message": message,
+        "history": [message],
+        "message_id": "m-1",
+        "created_at": now,
+        "updated_at": now,
+        "status_at": now,
+    }
+
+
+def _contents(obj) -> tuple[dict, dict]:
+    values = dict(obj.__dict__)
+    state = vars(values.pop("_state"))
+    return values, state
+
+
+def test_a_new_task_is_the_one_the_constructor_builds(agent, peer):
+    values = _task_values(agent, peer)
+    made, built = rows.new(Task, **values), Task(**values)
+
+    made_values, made_state = _contents(made)
+    built_values, built_state = _contents(built)
+    # The one default that differs call by call: a fresh id each.
+    assert made_values.pop("id") != built_values.pop("id")
+    assert list(made_values) == list(built_values)  # every field, in the model's order
+    assert made_values == built_values
+    assert made_state == built_state
+    assert made_state["fields_cache"] == {
+        "tenant": agent.model.tenant,
+        "sender": agent.model,
+        "parent": None,
+    }
+    assert (made._state.adding, made._state.db) == (True, "default")
+    assert made.sender is agent.model and made.recipient.name == peer.model.name
+    assert made.depth == 0 and made.artifacts == [] and made.push_configured is False
+
+    made.save()
+    stored = Task.objects.get(pk=made.pk)
+    assert (stored.sender_id, stored.recipient_id, stored.message) == (
+        agent.model.id,
+        peer.model.id,
+        values["message"],
+    )
+
+
+def test_a_new_event_is_the_one_the_constructor_builds(agent, peer):
+    task = rows.new(Task, **_task_values(agent, peer))
+    values = {
+        "tenant_id": task.tenant_id,
+        "task": task,
+        "sender_agent_id": task.sender_id,
+        "actor": agent.model,
+        "kind": "created",
+        "to_state": task.state,
+        "payload": {"messageId": "m-1"},
+        "created_at": task.created_at,
+    }
+    made, built = rows.new(TaskEvent, **values), TaskEvent(**values)
+    assert _contents(made) == _contents(built)
+
+
+def test_what_the_constructor_does_more_is_left_to_it(agent, peer):
+    values = _task_values(agent, peer)
+    with pytest.raises(TypeError, match="unexpected keyword arguments: 'colour'"):
+        rows.new(Task, colour="blue", **values)
+
+    # A related instance not saved yet: the constructor gives it the instance's database.
+    unsaved = Agent(tenant_id=agent.model.tenant_id, name="carol")
+    assert unsaved._state.db is None
+    made = rows.new(Task, **{**values, "sender": unsaved})
+    assert made.sender_id == unsaved.id and unsaved._state.db == "default"
+
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance.message_id)
+
+    post_init.connect(receiver, sender=Task)
+    try:
+        rows.new(Task, **values)
+    finally:
+        post_init.disconnect(receiver, sender=Task)
+    assert seen == ["m-1"]

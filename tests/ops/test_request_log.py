@@ -2,6 +2,9 @@
 
 import json
 import logging
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal
 from unittest import mock
 
 import pytest
@@ -154,3 +157,28 @@ def test_the_async_path_logs_and_counts_too(access_log):
     assert response.status_code == 200
     assert response["X-Request-Id"] == "async-1"
     assert access_log()[0]["request_id"] == "async-1"
+
+
+def test_a_line_is_one_json_object_whatever_its_fields_hold():
+    fields = {
+        "text": "ünïcode\nand a second line",
+        "at": datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        "id": uuid.UUID(int=1),
+        "counts": {1: "one"},
+        "huge": 2**70,
+        "other": Decimal("1.5"),
+    }
+    record = logging.makeLogRecord({"name": "x", "msg": "line %s", "args": (1,), **fields})
+    text = JsonFormatter().format(record)
+    assert "\n" not in text
+    line = json.loads(text)
+    assert line["msg"] == "line 1"
+    assert line["text"] == fields["text"] and line["huge"] == 2**70
+    assert line["id"] == "00000000-0000-0000-0000-000000000001"
+    assert line["counts"] == {"1": "one"} and line["other"] == "1.5"
+    assert datetime.fromisoformat(line["at"]) == fields["at"]
+
+    del record.huge  # the common case, encoded by orjson: the same values
+    line = json.loads(JsonFormatter().format(record))
+    assert line["text"] == fields["text"] and line["counts"] == {"1": "one"}
+    assert datetime.fromisoformat(line["at"]) == fields["at"] and line["other"] == "1.5"
