@@ -297,9 +297,7 @@ def identity_is_current(identity: AgentIdentity) -> bool:
     join, see hikyaku/rows.py)."""
     condition, params = identity_current_sql("%s", "%s", via_token=identity.via_token)
     params += [rows.prep(Agent, "id", identity.agent.pk), identity.credential_hash]
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT 1 WHERE {condition}", params)
-        return cursor.fetchone() is not None
+    return rows.one(f"SELECT 1 WHERE {condition}", params) is not None
 
 
 def current_time_param() -> Any:
@@ -403,9 +401,7 @@ def _first_with_tenant(model, fields: tuple[str, ...], sql: str, params: list):
 
     Authentication runs on every request; the ORM would spend several times the database
     round trip compiling this join (see hikyaku/rows.py)."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = rows.one(sql, params)
     if row is None:
         return None
     obj = rows.build(model, fields, row[: len(fields)])

@@ -9,11 +9,12 @@ ORM would read and write. Cold paths keep using the ORM.
 
 from __future__ import annotations
 
+import threading
 from functools import cache
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import AutoField, BigAutoField, Field, Model
 from django.db.models.base import DEFERRED, ModelState
 from django.db.models.fields.related_descriptors import (
@@ -31,6 +32,39 @@ def lock_clause(*, no_key: bool = False) -> str:
     if connection.vendor != "postgresql":
         return ""
     return " FOR NO KEY UPDATE" if no_key else " FOR UPDATE"
+
+
+# The cursor this thread keeps for its Postgres connection (`one`).
+_held = threading.local()
+
+
+def one(sql: str, params: list[Any]) -> tuple | None:
+    """Run one statement; its first row, or None.
+
+    On Postgres it runs on a cursor this thread keeps for as long as its connection lives:
+    psycopg learns on a cursor how to adapt each type of parameter, and Django's cursor per
+    statement (a new psycopg cursor, three wrappers) cost a quarter of a send's statement in
+    the web process (docs/MEASUREMENTS.md, "Where a send's CPU goes"). Errors are Django's,
+    as from its cursor. Whenever Django must see the statement — queries logged (DEBUG, a
+    test counting them), an execute wrapper installed — or on SQLite, it takes Django's
+    cursor."""
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.vendor != "postgresql" or db.queries_logged or db.execute_wrappers:
+        with db.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()
+    # What Django's `cursor()` and `execute()` do before running a statement.
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    db.validate_no_broken_transaction()
+    raw = db.connection
+    cursor = getattr(_held, "cursor", None)
+    with db.wrap_database_errors:
+        if cursor is None or cursor.connection is not raw or cursor.closed:
+            cursor = _held.cursor = db.create_cursor()
+        cursor.execute(sql, params)
+        return cursor.fetchone()
 
 
 @cache
@@ -236,9 +270,7 @@ def new(model: type[M], **values: Any) -> M:
 
 def first(model: type[M], fields: tuple[str, ...], sql: str, params: list[Any]) -> M | None:
     """The first row of a SELECT of exactly `fields` (in that order) as an instance."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = one(sql, params)
     return build(model, fields, row) if row is not None else None
 
 

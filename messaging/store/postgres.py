@@ -59,9 +59,8 @@ def _one_statement(sql: str, params: list) -> tuple | None:
     replayed messageId hitting the unique constraint); at the top of a request the statement
     stands alone, in autocommit."""
     guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
-    with guard, connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone()
+    with guard:
+        return rows.one(sql, params)
 
 
 class PostgresStore:

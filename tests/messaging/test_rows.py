@@ -5,11 +5,18 @@ model's constructor builds, and whatever the constructor would do more is left t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
 import pytest
-from django.db import connection
+from django.conf import settings
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models.signals import post_init
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+import testbed
 from agents.models import Agent
 from hikyaku import rows
 from messaging import lifecycle
@@ -159,3 +166,81 @@ def test_what_the_constructor_does_more_is_left_to_it(agent, peer):
     finally:
         post_init.disconnect(receiver, sender=Task)
     assert seen == ["m-1"]
+
+
+# Statements (`one`) ---------------------------------------------------------------------------
+
+
+def _backend_pid() -> int:
+    return rows.one("SELECT pg_backend_pid()", [])[0]
+
+
+@contextmanager
+def _other_connection() -> Iterator[psycopg.Connection]:
+    params = connection.get_connection_params()
+    keys = ("dbname", "user", "password", "host", "port")
+    with psycopg.connect(**{k: params[k] for k in keys if params.get(k)}, autocommit=True) as other:
+        yield other
+
+
+def test_a_statement_is_seen_by_django_when_it_looks(agent, peer):
+    """Queries counted (DEBUG, tests, the benchmark's counts) and execute wrappers see the
+    hot path's statements as they see the ORM's."""
+    with CaptureQueriesContext(connection) as captured:
+        send(agent, peer.id, "counted")
+    inserts = [
+        q["sql"] for q in captured.captured_queries if q["sql"].startswith(("INSERT", "WITH"))
+    ]
+    assert any("messaging_task" in sql for sql in inserts)
+
+    seen = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        assert rows.one("SELECT %s", [7]) == (7,)
+    assert seen == ["SELECT %s"]
+
+
+def test_a_failed_statement_raises_djangos_error_and_leaves_the_connection_usable(agent, peer):
+    task_id = send(agent, peer.id)["id"]
+    duplicate = "INSERT INTO messaging_task SELECT * FROM messaging_task WHERE id = %s"
+    with pytest.raises(IntegrityError), transaction.atomic():
+        rows.one(duplicate, [rows.prep(Task, "id", task_id)])
+    assert rows.one(
+        "SELECT count(*) FROM messaging_task WHERE id = %s", [rows.prep(Task, "id", task_id)]
+    ) == (1,)
+
+
+@pytest.mark.skipif(not settings.IS_POSTGRES, reason="a kept cursor is Postgres's")
+@pytest.mark.django_db(transaction=True)
+def test_statements_go_on_after_the_connection_is_closed_or_dropped(agent, peer):
+    first = _backend_pid()
+    assert _backend_pid() == first  # the kept cursor, on the same connection
+
+    connection.close()  # what CONN_MAX_AGE does at the end of a request
+    second = _backend_pid()
+    assert second != first
+    assert send(agent, peer.id, "after a close")["id"]
+
+    with _other_connection() as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [second])
+        testbed.wait_until(
+            lambda: (
+                not other.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE pid = %s", [second]
+                ).fetchone()
+            ),
+            timeout=10,
+            interval=0.02,
+            what=f"backend {second} to exit",
+        )
+    # The request that finds the connection gone fails with Django's error; the end of the
+    # request drops the connection, and the next one opens another.
+    with pytest.raises(OperationalError):
+        _backend_pid()
+    connection.close_if_unusable_or_obsolete()
+    assert _backend_pid() not in (first, second)
+    assert send(agent, peer.id, "after a drop")["id"]
