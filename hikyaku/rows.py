@@ -9,6 +9,7 @@ ORM would read and write. Cold paths keep using the ORM.
 
 from __future__ import annotations
 
+import sys
 import threading
 from functools import cache
 from typing import Any, TypeVar
@@ -42,12 +43,11 @@ def one(sql: str, params: list[Any]) -> tuple | None:
     """Run one statement; its first row, or None.
 
     On Postgres it runs on a cursor this thread keeps for as long as its connection lives:
-    psycopg learns on a cursor how to adapt each type of parameter, and Django's cursor per
-    statement (a new psycopg cursor, three wrappers) cost a quarter of a send's statement in
-    the web process (docs/MEASUREMENTS.md, "Where a send's CPU goes"). Errors are Django's,
-    as from its cursor. Whenever Django must see the statement — queries logged (DEBUG, a
-    test counting them), an execute wrapper installed — or on SQLite, it takes Django's
-    cursor."""
+    Django's cursor per statement (a new psycopg cursor, three wrappers) costs about a
+    quarter of the statement's CPU in the web process (docs/MEASUREMENTS.md, "Where a send's
+    CPU goes"). Errors are Django's, as from its cursor. Whenever Django must see the
+    statement — queries logged (DEBUG, a test counting them), an execute wrapper installed —
+    or on SQLite, it takes Django's cursor."""
     db = connections[DEFAULT_DB_ALIAS]
     if db.vendor != "postgresql" or db.queries_logged or db.execute_wrappers:
         with db.cursor() as cursor:
@@ -63,7 +63,10 @@ def one(sql: str, params: list[Any]) -> tuple | None:
     with db.wrap_database_errors:
         if cursor is None or cursor.connection is not raw or cursor.closed:
             cursor = _held.cursor = db.create_cursor()
-        cursor.execute(sql, params)
+        # psycopg keeps what it learnt about the parameters' types when a cursor runs the same
+        # string object again; a statement's text is built anew per call, so one copy is kept
+        # per text (bounded: values are always parameters).
+        cursor.execute(sys.intern(sql), params)
         return cursor.fetchone()
 
 
