@@ -27,6 +27,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from hikyaku import metrics
+
 from . import resp
 
 log = logging.getLogger(__name__)
@@ -73,8 +75,6 @@ def group_channel_name() -> str:
 
 
 def _ring(doorbell: Doorbell) -> None:
-    from hikyaku import metrics
-
     try:
         if settings.REDIS_URL:
             _publish_redis(doorbell)
