@@ -125,14 +125,18 @@ def for_event_sql(tenant_id, *, event: str, task: str) -> tuple[str, list]:
     new event's `id`, `task` the task's `id`, `sender_id` and `recipient_id` (CTE names).
     The parties that `subscribes_sql` and the task's push configs, found by the statement."""
     tenant, pending = _prep("tenant", tenant_id), _pending()
+    params = [tenant, Target.AGENT.value, *pending, tenant, Target.PUSH_CONFIG.value, *pending]
+    return _for_event_text(connection.vendor, event, task), params
+
+
+@functools.cache
+def _for_event_text(vendor: str, event: str, task: str) -> str:
     agents = connection.ops.quote_name(Agent._meta.db_table)
     configs = connection.ops.quote_name(PushConfig._meta.db_table)
-    sql = _insert() + (
+    return _insert_for(vendor) + (
         f"SELECT %s, {event}.id, {task}.id, %s, a.id, CAST(NULL AS bigint), a.webhook_url, 0,"
         f" '', %s, %s, %s, %s FROM {event}, {task}, {agents} a"
         f" WHERE a.id IN ({task}.sender_id, {task}.recipient_id) AND {subscribes_sql('a')}"
         f" UNION ALL SELECT %s, {event}.id, {task}.id, %s, CAST(NULL AS uuid), pc.id, pc.url, 0,"
         f" '', %s, %s, %s, %s FROM {event}, {task}, {configs} pc WHERE pc.task_id = {task}.id"
     )
-    params = [tenant, Target.AGENT.value, *pending, tenant, Target.PUSH_CONFIG.value, *pending]
-    return sql, params

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from django.db import connection, transaction
@@ -383,6 +384,7 @@ class PostgresStore:
         return task, row[n]
 
 
+@cache
 def _returning(table: str) -> str:
     return ", ".join(f"{table}.{Task._meta.get_field(f).column}" for f in TASK_FIELDS)
 
