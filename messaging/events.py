@@ -8,7 +8,7 @@ raises: a send that committed is a success even when Redis is down
 (docs/PROTOCOL.md §5, docs/MEASUREMENTS.md "Faults").
 
 Sync request handlers publish with one PUBLISH in the channels-redis pub/sub wire format,
-written to a socket each request thread keeps (messaging/resp.py: ~8 µs of CPU, where
+written to a socket each request thread keeps (hikyaku/resp.py: ~8 µs of CPU, where
 redis-py's client took ~50 µs and async_to_sync(group_send) ~10 ms); stream processes
 receive it on the channel layer's group channel. On the in-memory layer (one process) the
 doorbell is handed to in-process listeners directly.
@@ -16,7 +16,6 @@ doorbell is handed to in-process listeners directly.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -27,9 +26,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from hikyaku import metrics
-
-from . import resp
+from hikyaku import metrics, resp
 
 log = logging.getLogger(__name__)
 
@@ -101,52 +98,17 @@ def _publish_redis(doorbell: Doorbell) -> None:
     if server is None:  # a URL a plain socket cannot reach: redis-py's client
         _client().publish(channel, payload)
         return
-    request = resp.command("PUBLISH", channel, payload)
-    if _publisher.server != server:  # REDIS_URL changed (tests do that)
-        _drop_connection()
-    reused = _publisher.connection is not None
-    while True:
-        if _publisher.connection is None:
-            _publisher.connection = resp.Connection(server, timeout=PUBLISH_TIMEOUT)
-            _publisher.server = server
-        try:
-            _publisher.connection.call(request)
-            return
-        except BaseException as exc:  # the connection's state is unknown: never reuse it
-            _drop_connection()
-            # A kept connection Redis dropped since (a restart): once more, on a new one.
-            if not (reused and isinstance(exc, ConnectionError)):
-                raise
-            reused = False
+    _publisher.pipeline(server, resp.command("PUBLISH", channel, payload))
 
 
 PUBLISH_TIMEOUT = 0.5
 
-
-class _Publisher(threading.local):
-    """Each request thread publishes on a connection of its own, kept for the thread's life
-    (a few per web process: one per request thread)."""
-
-    connection: resp.Connection | None = None
-    server: resp.Server | None = None
-
-
-_publisher = _Publisher()
-
-
-def _drop_connection() -> None:
-    connection, _publisher.connection, _publisher.server = _publisher.connection, None, None
-    if connection is not None:
-        connection.close()
+# Each request thread publishes on a connection of its own, kept for the thread's life.
+_publisher = resp.Kept(timeout=PUBLISH_TIMEOUT)
 
 
 def _server() -> resp.Server | None:
-    return _server_at(settings.REDIS_URL)
-
-
-@functools.cache
-def _server_at(url: str) -> resp.Server | None:
-    return resp.Server.from_url(url)
+    return resp.server_at(settings.REDIS_URL)
 
 
 def _client():

@@ -7,7 +7,9 @@ With Redis, each process counts locally and adds its count to the shared window 
 every FLUSH_EVERY requests or FLUSH_SECONDS per credential, instead of one round trip per
 request; a request is refused when the shared count plus this process's unflushed count
 exceeds the limit. A limit can therefore be overshot by at most FLUSH_EVERY requests per
-process — the price of not paying a Redis round trip on every request.
+process — the price of not paying a Redis round trip on every request. A flush is INCRBY and
+EXPIRE in one write on a connection the request thread keeps (hikyaku/resp.py); when Redis
+drops a kept connection the flush is sent once more, so a count may be added twice.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from hikyaku import resp
 from hikyaku.errors import RateLimited
 
 log = logging.getLogger(__name__)
@@ -49,6 +52,23 @@ def _redis_client():
             settings.REDIS_URL, socket_timeout=0.25, socket_connect_timeout=0.25
         )
     return _redis
+
+
+_kept = resp.Kept(timeout=0.25)
+
+
+def _add(key: str, count: int) -> int:
+    """Add `count` to the shared count under `key` (kept two minutes); the new total."""
+    server = resp.server_at(settings.REDIS_URL)
+    if server is None:  # a URL a plain socket cannot reach: redis-py's client
+        pipe = _redis_client().pipeline(transaction=False)
+        pipe.incrby(key, count)
+        pipe.expire(key, 120)
+        return pipe.execute()[0]
+    total, _ = _kept.pipeline(
+        server, resp.command("INCRBY", key, str(count)), resp.command("EXPIRE", key, "120")
+    )
+    return total
 
 
 def check_rate(credential_hash: str, *, limit: int | None = None) -> None:
@@ -111,11 +131,7 @@ def _count(credential_hash: str, now: float) -> int:
             state.pending, state.flushed_at = 0, now
     if flush:
         try:
-            pipe = _redis_client().pipeline(transaction=False)
-            key = f"hikyaku:rl:{credential_hash[:32]}:{window}"
-            pipe.incrby(key, pending)
-            pipe.expire(key, 120)
-            shared = pipe.execute()[0]
+            shared = _add(f"hikyaku:rl:{credential_hash[:32]}:{window}", pending)
         except Exception as exc:
             log.warning("rate limiting degraded, redis unavailable: %s", exc.__class__.__name__)
             shared = None

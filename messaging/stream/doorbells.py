@@ -22,7 +22,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from ..resp import Incomplete, Server, command, parse
+from hikyaku.resp import Incomplete, Server, command, parse
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,8 @@ import redis
 from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.db import transaction
 
-from messaging import events, resp
+from hikyaku import resp
+from messaging import events
 from messaging.models import Task
 from tests import factories
 from tests.messaging import rpc
@@ -137,4 +138,30 @@ def test_the_publishing_connection_stays_in_step_after_an_error_reply(redis_serv
         assert connection.call(resp.command("PING")) == b"PONG"
         assert connection.call(resp.command("PUBLISH", "nobody-listens", b"x" * 10_000)) == 0
     finally:
+        connection.close()
+
+
+def test_a_connection_logs_in_to_the_urls_database_and_pipelines_replies_in_order(redis_server):
+    """Keys (the rate limiter's counts) land in the database the URL names, as with redis-py;
+    replies to commands sent in one write come back in order, an error among them raised
+    only once all are read."""
+    server = resp.Server.from_url(redis_server.url_for(7))
+    assert server.db == 7
+    assert resp.Server.from_url(redis_server.url_for(0) + "?db=3").db == 3
+    connection = resp.Connection(server, timeout=1)
+    key = "hikyaku-test:resp-db"
+    admin = redis.Redis.from_url(redis_server.url_for(7))
+    admin.delete(key)
+    try:
+        assert connection.pipeline(
+            resp.command("INCRBY", key, "5"), resp.command("EXPIRE", key, "120")
+        ) == [5, 1]
+        assert int(admin.get(key)) == 5 and 0 < admin.ttl(key) <= 120
+        assert redis.Redis.from_url(redis_server.url_for(0)).get(key) is None
+        with pytest.raises(RuntimeError, match="not an integer"):
+            connection.pipeline(resp.command("INCRBY", key, "x"), resp.command("INCRBY", key, "1"))
+        assert int(admin.get(key)) == 6  # the second command ran; the connection is in step
+        assert connection.call(resp.command("PING")) == b"PONG"
+    finally:
+        admin.delete(key)
         connection.close()
