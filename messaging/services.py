@@ -215,7 +215,6 @@ def _destination_not_found(to: str) -> DestinationNotFound:
 def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
     """One task per other active agent of the tenant that policy lets us reach, and a summary
     task (COMPLETED) for the sender, in one transaction."""
-    _verified(sender)
     message_id = message.get("messageId")
     digest = messages.content_hash(message, "*")
     sensitivity = messages.sensitivity_of(message)
@@ -257,12 +256,16 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
         delivery_event=_event_row(delivery, sender, EventKind.CREATED, "", {}),
     )
     try:
-        result = store.current().insert_broadcast(broadcast, sender=sender.agent)
+        result = store.current().insert_broadcast(
+            broadcast, sender=sender.agent, check=sender.check
+        )
     except IntegrityError:
         existing = _existing(sender, message_id)
         if existing is None:
             raise
         return _replay(existing, digest)
+    if result is None:
+        raise Unverified  # the recalled identity no longer holds: nothing was written
     metrics.events_written(len(result.recipient_ids) + 1)
     if result.recipient_ids:
         events.ring_after_commit(

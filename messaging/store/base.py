@@ -89,9 +89,12 @@ class Store(Protocol):
         reach, and `check` (an SQL condition and its parameters: a recalled identity's,
         `Sender.check`) holds; False, writing nothing, otherwise."""
 
-    def insert_broadcast(self, broadcast: Broadcast, *, sender: Agent | None) -> BroadcastResult:
+    def insert_broadcast(
+        self, broadcast: Broadcast, *, sender: Agent | None, check: Check = None
+    ) -> BroadcastResult | None:
         """One delivery for every other active agent of the tenant that the policy lets the
-        sender reach (in id order), their events, then the summary and its event (last)."""
+        sender reach (in id order), their events, then the summary and its event (last); None,
+        writing nothing, when `check` (as for `insert_unicast`) does not hold."""
 
     def take(
         self,

@@ -46,7 +46,9 @@ class PortableStore:
             _deliver_new_tasks(task.tenant_id, [(event, found[0])])
         return True
 
-    def insert_broadcast(self, broadcast: Broadcast, *, sender: Agent | None) -> BroadcastResult:
+    def insert_broadcast(
+        self, broadcast: Broadcast, *, sender: Agent | None, check: Check = None
+    ) -> BroadcastResult | None:
         template, summary = broadcast.delivery, broadcast.summary
         reach, params = policy.sql(
             policy.DELIVER,
@@ -58,6 +60,8 @@ class PortableStore:
         if sender is not None:
             others, others_params = "d.id <> %s", [rows.prep(Agent, "id", sender.pk)]
         with transaction.atomic():
+            if check is not None and rows.one(f"SELECT 1 WHERE {check[0]}", check[1]) is None:
+                return None  # in the write transaction (BEGIN IMMEDIATE): it holds until commit
             recipients = _recipients(
                 f"d.tenant_id = %s AND d.status = %s AND {others} AND {reach}",
                 [

@@ -138,10 +138,13 @@ class PostgresStore:
             delivery.enqueue_after_commit([row[1]])
         return True
 
-    def insert_broadcast(self, broadcast: Broadcast, *, sender: Agent | None) -> BroadcastResult:
+    def insert_broadcast(
+        self, broadcast: Broadcast, *, sender: Agent | None, check: Check = None
+    ) -> BroadcastResult | None:
         """Recipients chosen and locked in id order, their tasks, the summary, every event
         and the webhook deliveries, with Postgres building the per-recipient rows, so the
-        cost in Python does not grow with the tenant."""
+        cost in Python does not grow with the tenant. Every row is built from `v`, which is
+        empty when `check` does not hold: then nothing is written."""
         template, summary = broadcast.delivery, broadcast.summary
         reach, reach_params = policy.sql(
             policy.DELIVER,
@@ -158,10 +161,11 @@ class PostgresStore:
         )
         delivery_event, summary_event = broadcast.delivery_event, broadcast.summary_event
         (summary_artifact,) = summary.artifacts
+        holds, holds_params = checked("TRUE", [], check)
         sql = (
             "WITH v AS (SELECT %s::jsonb AS m, %s::timestamptz AS now, %s::uuid AS bid,"
             " %s::uuid AS tenant, %s::uuid AS sender, %s::text AS caller,"
-            " %s::text AS sensitivity, %s::text AS search, %s::text AS label),"
+            f" %s::text AS sensitivity, %s::text AS search, %s::text AS label WHERE {holds}),"
             " r AS (SELECT d.id, d.webhook_url, d.status FROM agents_agent d"
             f" WHERE d.tenant_id = %s AND d.status = %s AND {others} AND {reach}"
             " ORDER BY d.id FOR NO KEY UPDATE),"
@@ -209,6 +213,7 @@ class PostgresStore:
             template.sensitivity,
             template.search_text,
             delivery_event.actor_label,
+            *holds_params,
             template.tenant_id,
             _ACTIVE,
             *others_params,
@@ -238,6 +243,8 @@ class PostgresStore:
             *webhook_params,
         ]
         row = _one_statement(sql, params)
+        if row is None:
+            return None
         n = len(TASK_FIELDS)
         stored = rows.build(Task, TASK_FIELDS, row[:n])
         last_event, recipients, deliveries = row[n:]

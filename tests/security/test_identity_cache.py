@@ -265,3 +265,26 @@ def test_a_send_and_an_ack_after_the_first_read_no_credential(agent, peer):
     tokens.revoke_agent_token(agent=agent.refresh())
     after = statements(lambda: rpc.call(agent, "SendMessage", {"message": message(to=peer.id)}))
     assert any(AUTHENTICATION in sql for sql in after), after
+
+
+def test_a_broadcast_with_a_revoked_token_writes_nothing(tier, agent, peer):
+    """A broadcast checks a recalled identity in its own statement (on SQLite, in its write
+    transaction): after a revocation elsewhere, no delivery and no summary is written."""
+    delivered(send(tier, "*", token=agent.token))
+    delivered(send(tier, "*", token=agent.token))  # served from the cache
+    before = Task.objects.count()
+    tokens.revoke_agent_token(agent=agent.refresh())
+    assert refused(send(tier, "*", token=agent.token, text="after the revocation"))
+    assert Task.objects.count() == before
+
+
+def test_a_broadcast_after_the_first_read_no_credential(agent, peer):
+    def broadcast():
+        return rpc.result(agent, "SendMessage", {"message": message(to="*")})["task"]
+
+    first = statements(broadcast)
+    assert any(AUTHENTICATION in sql for sql in first), first
+    cached = statements(broadcast)
+    assert not any(AUTHENTICATION in sql for sql in cached), cached
+    if connection.vendor == "postgresql":
+        assert len(cached) == 1, cached
