@@ -12,12 +12,13 @@ tests, so bench/ uses it without importing tests/ (docs/TESTING.md, "The process
 - `broker`: the commands of the broker's servers (uvicorn, granian, Celery) and `Server`.
 - `redis`: `RedisServer`, a private redis-server that may be stopped, killed and restarted.
 - `postgres`: `PostgresCluster`, a private Postgres cluster that may be crashed and restarted;
-  `recreate_database`, a scratch database dropped and made again on a running server.
+  `recreate_database`, a scratch database dropped and made again on a running server;
+  `terminate_backends`, connections of a running server cut as a restart would.
 """
 
 from .broker import Celery, Server, celery_argv, granian_argv, uvicorn_argv
 from .ports import free_port, free_ports
-from .postgres import PostgresCluster, recreate_database
+from .postgres import PostgresCluster, recreate_database, terminate_backends
 from .process import ROOT, Process, ProcessError, http_ok, http_status, wait_until
 from .redis import RedisServer
 
@@ -36,6 +37,7 @@ __all__ = [
     "http_ok",
     "http_status",
     "recreate_database",
+    "terminate_backends",
     "uvicorn_argv",
     "wait_until",
 ]

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from .ports import free_port
+from .process import wait_until
 
 PG_BIN = Path(os.environ.get("HIKYAKU_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
@@ -120,6 +121,19 @@ class PostgresCluster:
 
         with psycopg.connect(self.url.replace("postgres://", "postgresql://", 1)) as conn:
             return conn.execute(sql, params).fetchall()
+
+
+def terminate_backends(cursor: Any, pids: list[int], *, timeout: float = 10.0) -> None:
+    """Terminate these Postgres backends through `cursor` (any DB-API cursor on the same
+    server) and wait until they have exited: `pg_terminate_backend` only signals, and the
+    connections are gone — what a restart leaves — once the backends are."""
+    cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) pid", [pids])
+
+    def exited() -> bool:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [pids])
+        return cursor.fetchone()[0] == 0
+
+    wait_until(exited, timeout=timeout, interval=0.02, what=f"backends {pids} to exit")
 
 
 def recreate_database(url: str, *, create: bool = True) -> None:

@@ -226,17 +226,7 @@ def test_statements_go_on_after_the_connection_is_closed_or_dropped(agent, peer)
     assert send(agent, peer.id, "after a close")["id"]
 
     with _other_connection() as other:
-        other.execute("SELECT pg_terminate_backend(%s)", [second])
-        testbed.wait_until(
-            lambda: (
-                not other.execute(
-                    "SELECT 1 FROM pg_stat_activity WHERE pid = %s", [second]
-                ).fetchone()
-            ),
-            timeout=10,
-            interval=0.02,
-            what=f"backend {second} to exit",
-        )
+        testbed.terminate_backends(other.cursor(), [second])
     # The request that finds the connection gone fails with Django's error; the end of the
     # request drops the connection, and the next one opens another.
     with pytest.raises(OperationalError):

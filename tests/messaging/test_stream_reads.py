@@ -94,17 +94,7 @@ def test_the_loop_connection_is_let_go_and_opened_again_after_the_database_dropp
 
     def terminate(pid: int) -> None:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
-            testbed.wait_until(
-                lambda: (
-                    not cursor.execute(
-                        "SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]
-                    ).fetchone()
-                ),
-                timeout=10,
-                interval=0.02,
-                what=f"backend {pid} to exit",
-            )
+            testbed.terminate_backends(cursor, [pid])
         connection.close()
 
     def send_and_close(text: str) -> None:

@@ -387,16 +387,9 @@ def test_streams_survive_their_database_connections_being_killed(broker, alice, 
             )
             (pids,) = cursor.fetchone()
             assert pids
-            cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) pid", [pids])
-
-            # pg_terminate_backend only signals: the connections are gone (what a restart
-            # leaves) once their backends have exited. A call racing the exit itself gets
-            # the 503 any outage gets (docs/ARCHITECTURE.md, stream DB threads).
-            def exited() -> bool:
-                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [pids])
-                return cursor.fetchone()[0] == 0
-
-            testbed.wait_until(exited, timeout=10, interval=0.02, what=f"backends {pids} to exit")
+            # Once they have exited: a call racing the exit itself gets the 503 any outage
+            # gets (docs/ARCHITECTURE.md, stream DB threads).
+            testbed.terminate_backends(cursor, pids)
         send(broker, alice, bob.id, "after")
         assert texts([stream.next()]) == ["after"]
     finally:
