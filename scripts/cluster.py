@@ -49,6 +49,9 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 STATE = "cluster.json"
 NGINX_CONF = REPO / "deploy" / "nginx.conf"
+# Request threads per web process: docker-compose.yml's GRANIAN_BLOCKING_THREADS
+# (tests/ops/test_deploy.py checks that they agree).
+WEB_THREADS = "2"
 
 
 @dataclass
@@ -95,7 +98,7 @@ class Config:
             commands[f"web-{index}"] = [
                 str(BIN / "granian"), "--interface", "wsgi", "--host", self.host,
                 "--port", str(port), "--workers", str(self.web_workers),
-                "--blocking-threads", "4", "--no-ws",
+                "--blocking-threads", WEB_THREADS, "--no-ws",
                 "hikyaku.wsgi:application",
             ]  # fmt: skip
         commands["stream"] = [

@@ -9,14 +9,15 @@ tests, so bench/ uses it without importing tests/ (docs/TESTING.md, "The process
 
 - `ports`: `free_port()` — a port the kernel chose, so concurrent runs never pick alike.
 - `process`: `Process` (start, readiness, stop, SIGKILL of the whole group) and `wait_until`.
-- `broker`: the commands of the broker's servers (uvicorn, granian, Celery) and `Server`.
+- `broker`: the commands of the broker's servers (uvicorn, granian, Celery) and `Server`;
+  `WEB_THREADS`, the request threads of a production web process.
 - `redis`: `RedisServer`, a private redis-server that may be stopped, killed and restarted.
 - `postgres`: `PostgresCluster`, a private Postgres cluster that may be crashed and restarted;
   `recreate_database`, a scratch database dropped and made again on a running server;
   `terminate_backends`, connections of a running server cut as a restart would.
 """
 
-from .broker import Celery, Server, celery_argv, granian_argv, uvicorn_argv
+from .broker import WEB_THREADS, Celery, Server, celery_argv, granian_argv, uvicorn_argv
 from .ports import free_port, free_ports
 from .postgres import PostgresCluster, recreate_database, terminate_backends
 from .process import ROOT, Process, ProcessError, http_ok, http_status, wait_until
@@ -24,6 +25,7 @@ from .redis import RedisServer
 
 __all__ = [
     "ROOT",
+    "WEB_THREADS",
     "Celery",
     "PostgresCluster",
     "Process",

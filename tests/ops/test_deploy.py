@@ -10,6 +10,7 @@ of two fake upstreams to prove the routing and that streams are not buffered.
 from __future__ import annotations
 
 import http.client
+import importlib.util
 import json
 import os
 import re
@@ -28,6 +29,7 @@ import httpx
 import pytest
 import yaml
 
+import testbed
 from testbed import Process, http_status
 from tests.ops.processes import BIN, REPO, base_env, free_port, running
 
@@ -124,6 +126,21 @@ def test_web_and_stream_are_scalable_and_only_the_proxy_publishes_a_port():
             assert "ports" not in service, name
     assert SERVICES["proxy"]["ports"] == ["${HIKYAKU_HTTP_PORT:-8000}:80"]
     assert "./deploy/nginx.conf:/etc/nginx/nginx.conf:ro" in SERVICES["proxy"]["volumes"]
+
+
+def test_make_cluster_the_tests_and_the_benchmark_run_as_many_web_threads_as_compose(
+    monkeypatch,
+):
+    """One number of request threads per web process: compose's, which `make cluster`, the
+    reliability suite and `make bench` copy (testbed.WEB_THREADS)."""
+    threads = SERVICES["web"]["environment"]["GRANIAN_BLOCKING_THREADS"]
+    assert threads == str(testbed.WEB_THREADS)
+    spec = importlib.util.spec_from_file_location("cluster", REPO / "scripts" / "cluster.py")
+    cluster = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "cluster", cluster)  # dataclasses look their module up
+    spec.loader.exec_module(cluster)
+    web = cluster.Config.from_env().commands()["web-1"]
+    assert web[web.index("--blocking-threads") + 1] == threads
 
 
 def test_data_lives_in_named_volumes():

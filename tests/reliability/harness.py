@@ -60,7 +60,7 @@ class Server(testbed.Server):
             port=port,
             log_dir=ARTIFACTS,
             workers=2 if granian else 1,
-            threads=4 if granian else None,
+            threads=testbed.WEB_THREADS if granian else None,
             extra=["--log-level", "warning"],
         )
 
