@@ -103,12 +103,6 @@ class Agent(models.Model):
         ]
         indexes = [
             models.Index(fields=["tenant", "status", "name", "id"], name="agent_tenant_listing"),
-            # The few agents with a non-default allow-list (messaging.policy.readable_q).
-            models.Index(
-                fields=["tenant"],
-                condition=~Q(send_to=["*"], receive_from=["*"]),
-                name="agent_restricted_policy",
-            ),
         ]
 
     def __str__(self) -> str:

@@ -48,11 +48,20 @@ def one(sql: str, params: list[Any]) -> tuple | None:
     CPU goes"). Errors are Django's, as from its cursor. Whenever Django must see the
     statement — queries logged (DEBUG, a test counting them), an execute wrapper installed —
     or on SQLite, it takes Django's cursor."""
+    return _run(sql, params, all_rows=False)
+
+
+def many(sql: str, params: list[Any]) -> list[tuple]:
+    """Run one statement as `one` does; all its rows."""
+    return _run(sql, params, all_rows=True)
+
+
+def _run(sql: str, params: list[Any], *, all_rows: bool) -> Any:
     db = connections[DEFAULT_DB_ALIAS]
     if db.vendor != "postgresql" or db.queries_logged or db.execute_wrappers:
         with db.cursor() as cursor:
             cursor.execute(sql, params)
-            return cursor.fetchone()
+            return cursor.fetchall() if all_rows else cursor.fetchone()
     # What Django's `cursor()` and `execute()` do before running a statement.
     db.close_if_health_check_failed()
     db.ensure_connection()
@@ -67,7 +76,7 @@ def one(sql: str, params: list[Any]) -> tuple | None:
         # string object again; a statement's text is built anew per call, so one copy is kept
         # per text (bounded: values are always parameters).
         cursor.execute(sys.intern(sql), params)
-        return cursor.fetchone()
+        return cursor.fetchall() if all_rows else cursor.fetchone()
 
 
 @cache

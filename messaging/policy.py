@@ -1,13 +1,13 @@
-"""Who may talk to whom (docs/PROTOCOL.md §4.5), as one definition rendered three ways.
+"""Who may talk to whom (docs/PROTOCOL.md §4.5), as one definition rendered two ways.
 
 The rules are data: `DELIVER` (may a message go from its sender to its recipient) and `READ`
 (may a party of a task still see and act on it). Each is rendered
 
 - in Python (`holds`, and `may_deliver` / `may_read` on top of it) for the rows a request
   already holds;
-- as a SQL condition (`sql`) that the write statements embed, for Postgres and for SQLite,
-  where a party is a row of the statement (the recipient a send locks) and the other is known;
-- as a queryset filter (`readable_q`) for lists, counts and pages.
+- as a SQL condition (`sql`) that the hand-written statements embed, for Postgres and for
+  SQLite, where a party is a row of the statement (the recipient a send locks, the peer of a
+  listed task) and the other is known.
 
 A term about a party known in Python is decided while rendering, so a statement carries only
 what depends on its rows. A refusal is reported by callers exactly like "not found".
@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection
-from django.db.models import Q
 
 from agents.models import SENSITIVITY_RANK, Agent, Sensitivity
 
@@ -304,77 +303,3 @@ def _to_sql(value) -> tuple[str, list]:
         text = (" AND " if value.all else " OR ").join(f"({s})" for s, _ in rendered)
         return text, [p for _, params in rendered for p in params]
     return value
-
-
-# Querysets ------------------------------------------------------------------------------------
-
-
-def _restricted_peers(agent: Agent) -> list[tuple[str, list[str], list[str]]]:
-    """(id, send_to, receive_from) of the tenant's agents whose allow-lists are not the
-    default ["*"]: usually none or a handful. Allow-lists are stored normalised by
-    agents.services.set_agent_policy, so "allows anyone" is exactly ["*"]."""
-    rows = (
-        Agent.objects.filter(tenant_id=agent.tenant_id)
-        .exclude(send_to=[ANYONE], receive_from=[ANYONE])
-        .values_list("id", "send_to", "receive_from")
-    )
-    return [(str(pk), send_to, receive_from) for pk, send_to, receive_from in rows]
-
-
-def readable_q(
-    agent: Agent | None,
-    *,
-    sender_field: str = "sender_id",
-    recipient_field: str = "recipient_id",
-    sensitivity_field: str = "sensitivity",
-) -> Q:
-    """`READ` as a filter, for tasks (or events, through their field names) that `agent` is a
-    party of, so lists, counts and pages are exact. One small query (the restricted peers).
-    Callers still restrict to the agent's own tasks themselves."""
-    if agent is None:
-        return Q()
-    restricted = {pk: {"send_to": s, "receive_from": r} for pk, s, r in _restricted_peers(agent)}
-
-    def as_party(me: str, peer_field: str) -> Q:
-        """READ where `agent` is the `me` party and the other is the task's `peer_field`."""
-        peer = SENDER if me == RECIPIENT else RECIPIENT
-
-        def leaf(term):
-            if isinstance(term, Admits):  # the reader, known: its ceiling
-                levels = [lv for lv, rank in SENSITIVITY_RANK.items() if within_ceiling(agent, lv)]
-                return Q(**{f"{sensitivity_field}__in": levels})
-            if isinstance(term, Lists):
-                if term.owner == me:  # my list names the peer field's value
-                    allow_list = getattr(agent, term.field)
-                    if allows_anyone(allow_list):
-                        return True
-                    return Q(**{f"{peer_field}__in": allow_list or []})
-                refusing = [
-                    pk for pk, lists in restricted.items() if not _names(lists[term.field], agent)
-                ]
-                return ~Q(**{f"{peer_field}__in": refusing}) if refusing else True
-            if isinstance(term, External):
-                return Q(**{f"{sender_field}__isnull": True}) if peer == SENDER else False
-            if isinstance(term, NoRecipient):
-                return Q(**{f"{recipient_field}__isnull": True}) if peer == RECIPIENT else False
-            if isinstance(term, ToSelf):
-                return Q(**{peer_field: agent.id})
-            raise TypeError(term)
-
-        own = Q(**{(recipient_field if me == RECIPIENT else sender_field): agent.id})
-        return own & _to_q(_fold(READ, leaf))
-
-    return as_party(RECIPIENT, sender_field) | as_party(SENDER, recipient_field)
-
-
-def _to_q(value) -> Q:
-    if value is True:
-        return Q()
-    if value is False:
-        return Q(pk__in=[])
-    if isinstance(value, Q):
-        return value
-    out = _to_q(value.parts[0])
-    for part in value.parts[1:]:
-        out = (out & _to_q(part)) if value.all else (out | _to_q(part))
-    return out

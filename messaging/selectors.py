@@ -5,11 +5,16 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
+from django.db import connection
 from django.db.models import Count, Q, QuerySet
 
+from agents.auth import Unverified
+from agents.models import Agent
 from agents.selectors import decode_cursor, encode_cursor
+from hikyaku import rows
 from hikyaku.errors import InvalidRequest, TaskNotFound
 
 from . import lifecycle, policy
@@ -18,20 +23,65 @@ from .parties import Sender, party_roles
 
 
 def party_task(*, sender: Sender, task_id: Any) -> Task:
-    """A task the caller sent or received (broadcast summaries: the sender only)."""
+    """A task the caller sent or received (broadcast summaries: the sender only), with both
+    parties' rows. One hand-written statement (hikyaku/rows.py), which also checks an
+    identity recalled from the cache (`sender.check`): when it no longer holds, `Unverified`
+    (authenticate afresh) — whether or not the task exists."""
     try:
         pk = uuid.UUID(str(task_id))
     except ValueError:
         pk = None
-    task = (
-        Task.objects.select_related("sender", "recipient")
-        .filter(tenant=sender.tenant, pk=pk)
-        .first()
-        if pk
-        else None
-    )
+    task = None
+    if pk is not None or sender.check is not None:
+        check, check_params = sender.check or ("1 = 1", [])
+        row = rows.one(
+            _party_task_sql(check),
+            [
+                *check_params,
+                rows.prep(Task, "id", pk) if pk is not None else None,
+                rows.prep(Task, "tenant", sender.tenant.pk),
+            ],
+        )
+        if not row[0]:
+            raise Unverified
+        task = _task_with_parties(row[1:])
     if task is None or not party_roles(sender, task) or not policy.may_read(sender.agent, task):
         raise TaskNotFound(f"Task not found: {task_id}")
+    return task
+
+
+_TASK_FIELDS = tuple(f.name for f in Task._meta.concrete_fields)
+_AGENT_FIELDS = tuple(f.name for f in Agent._meta.concrete_fields)
+
+
+@cache
+def _party_task_sql(check: str) -> str:
+    """The task (or a row of NULLs) with its sender's and recipient's rows, after `check`.
+    Cached per check text: there are two (none, and a recalled identity's)."""
+    quote = connection.ops.quote_name
+
+    def columns(alias: str, model: type, fields: tuple[str, ...]) -> str:
+        return ", ".join(f"{alias}.{quote(model._meta.get_field(f).column)}" for f in fields)
+
+    return (
+        f"SELECT ({check}), {columns('t', Task, _TASK_FIELDS)},"
+        f" {columns('s', Agent, _AGENT_FIELDS)}, {columns('r', Agent, _AGENT_FIELDS)}"
+        " FROM (SELECT 1 AS one) o LEFT JOIN messaging_task t ON t.id = %s AND t.tenant_id = %s"
+        " LEFT JOIN agents_agent s ON s.id = t.sender_id"
+        " LEFT JOIN agents_agent r ON r.id = t.recipient_id"
+    )
+
+
+def _task_with_parties(values: tuple) -> Task | None:
+    n, m = len(_TASK_FIELDS), len(_AGENT_FIELDS)
+    if values[0] is None:
+        return None
+    task = rows.build(Task, _TASK_FIELDS, values[:n])
+    sender, recipient = values[n : n + m], values[n + m :]
+    task.sender = rows.build(Agent, _AGENT_FIELDS, sender) if sender[0] is not None else None
+    task.recipient = (
+        rows.build(Agent, _AGENT_FIELDS, recipient) if recipient[0] is not None else None
+    )
     return task
 
 
@@ -55,31 +105,25 @@ def list_tasks(
     page_token: str = "",
 ) -> TaskPage:
     """The caller's inbox (tasks delivered to it) or outbox (tasks it sent), newest status
-    change first, keyset-paged. Three queries per page whatever its size. `awaiting` narrows
-    `states` to tasks waiting for that party; `context_id` keeps the tasks whose original
-    message named that A2A contextId (the per-agent endpoints' conversations)."""
-    tasks: QuerySet[Task] = Task.objects.filter(tenant=sender.tenant)
-    if box == "outbox":
-        tasks = (
-            tasks.filter(sender=sender.agent)
-            if sender.agent
-            else tasks.filter(sender__isnull=True, caller_id=sender.caller_id)
-        )
-        if peer_id:
-            tasks = tasks.filter(recipient_id=_uuid_or_none(peer_id))
-    else:
-        tasks = tasks.filter(recipient=sender.agent)
-    if states:
-        tasks = tasks.filter(state__in=states)
-    if awaiting is not None:
-        tasks = tasks.filter(awaiting=awaiting)
-    if context_id is not None:
-        tasks = tasks.filter(message__contextId=context_id)
-    if status_after is not None:
-        tasks = tasks.filter(status_at__gte=status_after)
-    # Policy in SQL, so totalSize and paging never count or skip what the caller cannot see.
-    tasks = tasks.filter(policy.readable_q(sender.agent))
-    total = tasks.count()
+    change first, keyset-paged. One statement per page whatever its size: the count, the page
+    and, for an identity recalled from the cache (`sender.check`), whether it still holds —
+    when it does not, `Unverified` (authenticate afresh). `awaiting` narrows `states` to tasks
+    waiting for that party; `context_id` keeps the tasks whose original message named that
+    A2A contextId (the per-agent endpoints' conversations).
+
+    Hand-written (hikyaku/rows.py): through the ORM an empty inbox's three queries cost ~2.5
+    ms of CPU to build and compile (docs/MEASUREMENTS.md, "ListTasks"). Policy is `policy.READ` rendered for this statement
+    (`policy.sql`), so totalSize and paging never count or skip what the caller cannot see."""
+    where, params = _list_where(
+        sender,
+        box=box,
+        peer_id=peer_id,
+        states=states,
+        awaiting=awaiting,
+        context_id=context_id,
+        status_after=status_after,
+    )
+    keyset, keyset_params = "", []
     if page_token:
         stamp, last_id = decode_cursor(page_token, length=2)
         try:
@@ -87,15 +131,115 @@ def list_tasks(
             last_pk = uuid.UUID(last_id)
         except (TypeError, ValueError, OverflowError):
             raise InvalidRequest("Invalid pageToken.", details={"field": "pageToken"}) from None
-        tasks = tasks.filter(Q(status_at__lt=stamp_dt) | Q(status_at=stamp_dt, id__lt=last_pk))
-    # Rendering a task needs only its own row: the parties' rows (three JSON columns each)
-    # would be most of the page's decoding cost.
-    page = list(tasks.order_by("-status_at", "-id")[: page_size + 1])
+        at = rows.prep(Task, "status_at", stamp_dt)
+        keyset = " AND (m.status_at < %s OR (m.status_at = %s AND m.id < %s))"
+        keyset_params = [at, at, rows.prep(Task, "id", last_pk)]
+    check, check_params = sender.check or ("1 = 1", [])
+    sql = (
+        f"SELECT n.total, ({check}) AS ok, pg.* FROM (SELECT COUNT(*) AS total FROM {_LIST_FROM}"
+        f" WHERE {where}) n LEFT JOIN (SELECT {_list_columns()} FROM {_LIST_FROM}"
+        f" WHERE {where}{keyset} ORDER BY m.status_at DESC, m.id DESC LIMIT %s) pg ON 1 = 1"
+        " ORDER BY pg.status_at DESC, pg.id DESC"
+    )
+    fetched = rows.many(sql, [*check_params, *params, *params, *keyset_params, page_size + 1])
+    total, ok = fetched[0][0], fetched[0][1]
+    if not ok:
+        raise Unverified
+    page = [rows.build(Task, _LIST_FIELDS, row[2:]) for row in fetched if row[2] is not None]
     token = ""
     if len(page) > page_size:
         page = page[:page_size]
         token = encode_cursor([page[-1].status_at.isoformat(), str(page[-1].id)])
     return TaskPage(tasks=page, next_page_token=token, total_size=total)
+
+
+# Every column of a task: what the ORM loaded for a page, so rendering sees the same task.
+_LIST_FIELDS = tuple(f.name for f in Task._meta.concrete_fields)
+# The task and both parties' rows, which `policy.READ` may read (their allow-lists).
+_LIST_FROM = (
+    "messaging_task m LEFT JOIN agents_agent ps ON ps.id = m.sender_id"
+    " LEFT JOIN agents_agent pr ON pr.id = m.recipient_id"
+)
+
+
+@cache
+def _list_columns() -> str:
+    quote = connection.ops.quote_name
+    return ", ".join(f"m.{quote(Task._meta.get_field(f).column)}" for f in _LIST_FIELDS)
+
+
+def _list_where(
+    sender: Sender,
+    *,
+    box: str,
+    peer_id: str | None,
+    states: list[str] | None,
+    awaiting: str | None,
+    context_id: str | None,
+    status_after: datetime | None,
+) -> tuple[str, list[Any]]:
+    """`list_tasks`'s condition on `m` (the task), `ps` and `pr` (its parties' rows)."""
+    me = sender.agent
+    me_id = rows.prep(Task, "recipient", me.pk) if me is not None else None
+    terms, params = ["m.tenant_id = %s"], [rows.prep(Task, "tenant", sender.tenant.pk)]
+    if box == "outbox":
+        if me is not None:
+            terms.append("m.sender_id = %s")
+            params.append(me_id)
+        else:
+            terms.append("m.sender_id IS NULL AND m.caller_id = %s")
+            params.append(sender.caller_id)
+        if peer_id:
+            peer = _uuid_or_none(peer_id)
+            if peer is None:  # as the ORM's filter(recipient_id=None) did: the summaries
+                terms.append("m.recipient_id IS NULL")
+            else:
+                terms.append("m.recipient_id = %s")
+                params.append(rows.prep(Task, "recipient", peer))
+    elif me is not None:
+        terms.append("m.recipient_id = %s")
+        params.append(me_id)
+    else:  # only agents have an inbox
+        terms.append("1 = 0")
+    if states:
+        terms.append(f"m.state IN ({', '.join(['%s'] * len(states))})")
+        params += states
+    if awaiting is not None:
+        terms.append("m.awaiting = %s")
+        params.append(awaiting)
+    if context_id is not None:
+        # As the ORM's message__contextId=… renders it on each database.
+        if connection.vendor == "postgresql":
+            terms.append("m.message -> 'contextId' = %s")
+        else:
+            terms.append("JSON_EXTRACT(m.message, '$.\"contextId\"') = JSON_EXTRACT(%s, '$')")
+        params.append(rows.prep(Task, "message", context_id))
+    if status_after is not None:
+        terms.append("m.status_at >= %s")
+        params.append(rows.prep(Task, "status_at", status_after))
+    if me is not None:
+        # READ for either role the agent holds on the task (a self-sent task is readable as
+        # either), with the peer's allow-lists read from its row.
+        sensitivity = policy.Column("m.sensitivity")
+        as_recipient, recipient_params = policy.sql(
+            policy.READ,
+            sender=policy.Row("ps", key="m.sender_id"),
+            recipient=me,
+            reader=me,
+            sensitivity=sensitivity,
+        )
+        as_sender, sender_params = policy.sql(
+            policy.READ,
+            sender=me,
+            recipient=policy.Row("pr", key="m.recipient_id"),
+            reader=me,
+            sensitivity=sensitivity,
+        )
+        terms.append(
+            f"((m.recipient_id = %s AND ({as_recipient})) OR (m.sender_id = %s AND ({as_sender})))"
+        )
+        params += [me_id, *recipient_params, me_id, *sender_params]
+    return " AND ".join(terms), params
 
 
 def _uuid_or_none(value: str) -> uuid.UUID | None:

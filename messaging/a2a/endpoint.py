@@ -76,10 +76,16 @@ def broker(*, header: Header, body: bytes) -> Reply:
         return reply(answer.body, answer.status, answer.headers, log)
 
 
-# Methods that may use an identity recalled from the identity cache (agents/auth.py): their
-# writes check it in their own statement (a new task's INSERT, a lifecycle action's one
-# statement); messaging/services.py refuses a recalled identity on any other write.
-RECALLED = frozenset({"SendMessage"})
+# Methods that may use an identity recalled from the identity cache (agents/auth.py), by
+# both names: their writes check it in their own statement (a new task's INSERT, a lifecycle
+# action's one statement — a follow-up's or CancelTask's; messaging/services.py refuses a
+# recalled identity on any other write), and GetTask and ListTasks check it in the
+# statement that reads.
+RECALLED = frozenset(
+    name
+    for method in ("SendMessage", "GetTask", "ListTasks", "CancelTask")
+    for name in (method, jsonrpc.V03_NAMES[method])
+)
 
 
 def _answer(request_id, method: str, handler, dialect, identity, params) -> Reply:

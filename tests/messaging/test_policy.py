@@ -215,6 +215,7 @@ def test_list_tasks_query_count_does_not_grow_with_restricted_peers(tenant, trio
     for i in range(5):
         restricted = factories.agent(tenant, name=f"r{i}")
         set_agent_policy(agent=restricted.model, send_to=[bob.id])
+    inbox(bob)  # a policy change makes the next request authenticate afresh
     with CaptureQueriesContext(connection) as after:
         inbox(bob)
     assert len(after.captured_queries) == len(before.captured_queries)

@@ -22,6 +22,7 @@ from django.utils import timezone
 from agents import services as agent_services
 from agents import tokens
 from agents.models import Agent
+from messaging.lifecycle import TaskState
 from messaging.models import Task
 from tenants.models import ApiKey, Tenant
 from tests import factories
@@ -286,5 +287,113 @@ def test_a_broadcast_after_the_first_read_no_credential(agent, peer):
     assert any(AUTHENTICATION in sql for sql in first), first
     cached = statements(broadcast)
     assert not any(AUTHENTICATION in sql for sql in cached), cached
+    if connection.vendor == "postgresql":
+        assert len(cached) == 1, cached
+
+
+def list_inbox(tier, *, token):
+    headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {token}"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}
+    return tier.post("/a2a/", json.dumps(body), headers)
+
+
+def test_a_list_with_a_revoked_token_is_refused(tier, agent, peer):
+    """ListTasks checks a recalled identity in the statement that reads the page: after a
+    revocation elsewhere the next list is a 401, never the inbox."""
+    delivered(send(tier, agent.id, token=peer.token))
+    for _ in range(2):  # the second is served from the cache
+        answer = list_inbox(tier, token=agent.token)
+        assert answer.status == 200 and answer.json()["result"]["totalSize"] == 1, answer.body
+    tokens.revoke_agent_token(agent=agent.refresh())
+    assert "tasks" not in json.dumps(refused(list_inbox(tier, token=agent.token)))
+
+
+@pytest.mark.parametrize("method", ["ListTasks", "tasks/list"])
+def test_a_list_after_the_first_read_no_credential(agent, peer, method):
+    """After the first request a list is one statement — count, page and the identity check —
+    by either method name; a policy change brings the lookup back and the new policy
+    applies at once."""
+    rpc.result(peer, "SendMessage", {"message": message(to=agent.id)})
+
+    def listed():
+        return rpc.result(agent, method, {})
+
+    first = statements(listed)
+    assert any(AUTHENTICATION in sql for sql in first), first
+    pages = []
+    cached = statements(lambda: pages.append(listed()))
+    assert cached and not any(AUTHENTICATION in sql for sql in cached), cached
+    assert len(cached) == 1, cached
+    assert len(pages[0]["tasks"]) == 1
+
+    agent_services.set_agent_policy(agent=peer.refresh(), send_to=[])
+    after = statements(lambda: pages.append(listed()))
+    assert any(AUTHENTICATION in sql for sql in after), after
+    assert pages[-1]["tasks"] == [] and pages[-1]["totalSize"] == 0
+
+
+def get_task(tier, task_id, *, token):
+    headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {token}"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}}
+    return tier.post("/a2a/", json.dumps(body), headers)
+
+
+def test_a_get_with_a_revoked_token_is_refused_whether_or_not_the_task_exists(tier, agent, peer):
+    task = delivered(send(tier, agent.id, token=peer.token))
+    for _ in range(2):  # the second is served from the cache
+        answer = get_task(tier, task["id"], token=agent.token)
+        assert answer.status == 200 and answer.json()["result"]["id"] == task["id"], answer.body
+    tokens.revoke_agent_token(agent=agent.refresh())
+    refused(get_task(tier, task["id"], token=agent.token))
+    refused(get_task(tier, "00000000-0000-4000-8000-000000000000", token=agent.token))
+    refused(get_task(tier, "not a task id", token=agent.token))
+
+
+@pytest.mark.parametrize("method", ["GetTask", "tasks/get"])
+def test_a_get_after_the_first_read_no_credential(agent, peer, method):
+    task = rpc.result(peer, "SendMessage", {"message": message(to=agent.id)})["task"]
+
+    def got():
+        return rpc.result(agent, method, {"id": task["id"]})
+
+    first = statements(got)
+    assert any(AUTHENTICATION in sql for sql in first), first
+    answers = []
+    cached = statements(lambda: answers.append(got()))
+    assert cached and not any(AUTHENTICATION in sql for sql in cached), cached
+    assert len(cached) == 1, cached
+    assert answers[0]["id"] == task["id"]
+
+    agent_services.set_agent_policy(agent=peer.refresh(), send_to=[])  # closes the history
+    after = statements(lambda: rpc.call(agent, method, {"id": task["id"]}))
+    assert any(AUTHENTICATION in sql for sql in after), after
+    assert rpc.call(agent, method, {"id": task["id"]}).json()["error"]["code"] == -32001
+
+
+def cancel(tier, task_id, *, token):
+    headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {token}"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": {"id": task_id}}
+    return tier.post("/a2a/", json.dumps(body), headers)
+
+
+def test_a_cancel_with_a_revoked_token_changes_nothing(tier, agent, peer):
+    """CancelTask is a lifecycle action in one statement, which checks a recalled identity."""
+    first = delivered(send(tier, peer.id, token=agent.token))
+    second = delivered(send(tier, peer.id, token=agent.token, text="second"))
+    answer = cancel(tier, first["id"], token=agent.token)  # served from the cache
+    assert answer.json()["result"]["status"]["state"] == "TASK_STATE_CANCELED", answer.body
+    tokens.revoke_agent_token(agent=agent.refresh())
+    refused(cancel(tier, second["id"], token=agent.token))
+    assert Task.objects.get(pk=second["id"]).state == TaskState.INPUT_REQUIRED
+
+
+def test_a_cancel_after_the_first_read_no_credential(agent, peer):
+    tasks = [
+        rpc.result(agent, "SendMessage", {"message": message(to=peer.id, text=f"m{i}")})["task"]
+        for i in range(2)
+    ]
+    statements(lambda: rpc.result(agent, "CancelTask", {"id": tasks[0]["id"]}))
+    cached = statements(lambda: rpc.result(agent, "CancelTask", {"id": tasks[1]["id"]}))
+    assert cached and not any(AUTHENTICATION in sql for sql in cached), cached
     if connection.vendor == "postgresql":
         assert len(cached) == 1, cached
