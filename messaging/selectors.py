@@ -111,9 +111,10 @@ def list_tasks(
     waiting for that party; `context_id` keeps the tasks whose original message named that
     A2A contextId (the per-agent endpoints' conversations).
 
-    Hand-written (hikyaku/rows.py): through the ORM an empty inbox's three queries cost ~2.5
-    ms of CPU to build and compile (docs/MEASUREMENTS.md, "ListTasks"). Policy is `policy.READ` rendered for this statement
-    (`policy.sql`), so totalSize and paging never count or skip what the caller cannot see."""
+    Hand-written (hikyaku/rows.py): through the ORM an empty inbox's queries cost ~2.5 ms of
+    CPU to build and compile (docs/MEASUREMENTS.md, "ListTasks"). Policy is `policy.READ`
+    rendered for this statement (`policy.sql`), so totalSize and paging never count or skip
+    what the caller cannot see."""
     where, params = _list_where(
         sender,
         box=box,
@@ -221,24 +222,17 @@ def _list_where(
         # READ for either role the agent holds on the task (a self-sent task is readable as
         # either), with the peer's allow-lists read from its row.
         sensitivity = policy.Column("m.sensitivity")
-        as_recipient, recipient_params = policy.sql(
-            policy.READ,
-            sender=policy.Row("ps", key="m.sender_id"),
-            recipient=me,
-            reader=me,
-            sensitivity=sensitivity,
-        )
-        as_sender, sender_params = policy.sql(
-            policy.READ,
-            sender=me,
-            recipient=policy.Row("pr", key="m.recipient_id"),
-            reader=me,
-            sensitivity=sensitivity,
-        )
-        terms.append(
-            f"((m.recipient_id = %s AND ({as_recipient})) OR (m.sender_id = %s AND ({as_sender})))"
-        )
-        params += [me_id, *recipient_params, me_id, *sender_params]
+        either = []
+        for own, parties in (
+            ("m.recipient_id", {"sender": policy.Row("ps", key="m.sender_id"), "recipient": me}),
+            ("m.sender_id", {"sender": me, "recipient": policy.Row("pr", key="m.recipient_id")}),
+        ):
+            readable, readable_params = policy.sql(
+                policy.READ, **parties, reader=me, sensitivity=sensitivity
+            )
+            either.append(f"({own} = %s AND ({readable}))")
+            params += [me_id, *readable_params]
+        terms.append(f"({' OR '.join(either)})")
     return " AND ".join(terms), params
 
 

@@ -291,9 +291,9 @@ def test_a_broadcast_after_the_first_read_no_credential(agent, peer):
         assert len(cached) == 1, cached
 
 
-def list_inbox(tier, *, token):
+def call(tier, method, params, *, token):
     headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {token}"}
-    body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
     return tier.post("/a2a/", json.dumps(body), headers)
 
 
@@ -302,10 +302,10 @@ def test_a_list_with_a_revoked_token_is_refused(tier, agent, peer):
     revocation elsewhere the next list is a 401, never the inbox."""
     delivered(send(tier, agent.id, token=peer.token))
     for _ in range(2):  # the second is served from the cache
-        answer = list_inbox(tier, token=agent.token)
+        answer = call(tier, "ListTasks", {}, token=agent.token)
         assert answer.status == 200 and answer.json()["result"]["totalSize"] == 1, answer.body
     tokens.revoke_agent_token(agent=agent.refresh())
-    assert "tasks" not in json.dumps(refused(list_inbox(tier, token=agent.token)))
+    assert "tasks" not in json.dumps(refused(call(tier, "ListTasks", {}, token=agent.token)))
 
 
 @pytest.mark.parametrize("method", ["ListTasks", "tasks/list"])
@@ -332,21 +332,17 @@ def test_a_list_after_the_first_read_no_credential(agent, peer, method):
     assert pages[-1]["tasks"] == [] and pages[-1]["totalSize"] == 0
 
 
-def get_task(tier, task_id, *, token):
-    headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {token}"}
-    body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}}
-    return tier.post("/a2a/", json.dumps(body), headers)
-
-
 def test_a_get_with_a_revoked_token_is_refused_whether_or_not_the_task_exists(tier, agent, peer):
     task = delivered(send(tier, agent.id, token=peer.token))
     for _ in range(2):  # the second is served from the cache
-        answer = get_task(tier, task["id"], token=agent.token)
+        answer = call(tier, "GetTask", {"id": task["id"]}, token=agent.token)
         assert answer.status == 200 and answer.json()["result"]["id"] == task["id"], answer.body
     tokens.revoke_agent_token(agent=agent.refresh())
-    refused(get_task(tier, task["id"], token=agent.token))
-    refused(get_task(tier, "00000000-0000-4000-8000-000000000000", token=agent.token))
-    refused(get_task(tier, "not a task id", token=agent.token))
+    refused(call(tier, "GetTask", {"id": task["id"]}, token=agent.token))
+    refused(
+        call(tier, "GetTask", {"id": "00000000-0000-4000-8000-000000000000"}, token=agent.token)
+    )
+    refused(call(tier, "GetTask", {"id": "not a task id"}, token=agent.token))
 
 
 @pytest.mark.parametrize("method", ["GetTask", "tasks/get"])
@@ -370,20 +366,16 @@ def test_a_get_after_the_first_read_no_credential(agent, peer, method):
     assert rpc.call(agent, method, {"id": task["id"]}).json()["error"]["code"] == -32001
 
 
-def cancel(tier, task_id, *, token):
-    headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {token}"}
-    body = {"jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": {"id": task_id}}
-    return tier.post("/a2a/", json.dumps(body), headers)
-
-
 def test_a_cancel_with_a_revoked_token_changes_nothing(tier, agent, peer):
     """CancelTask is a lifecycle action in one statement, which checks a recalled identity."""
     first = delivered(send(tier, peer.id, token=agent.token))
     second = delivered(send(tier, peer.id, token=agent.token, text="second"))
-    answer = cancel(tier, first["id"], token=agent.token)  # served from the cache
+    answer = call(
+        tier, "CancelTask", {"id": first["id"]}, token=agent.token
+    )  # served from the cache
     assert answer.json()["result"]["status"]["state"] == "TASK_STATE_CANCELED", answer.body
     tokens.revoke_agent_token(agent=agent.refresh())
-    refused(cancel(tier, second["id"], token=agent.token))
+    refused(call(tier, "CancelTask", {"id": second["id"]}, token=agent.token))
     assert Task.objects.get(pk=second["id"]).state == TaskState.INPUT_REQUIRED
 
 
