@@ -308,6 +308,17 @@ def test_a_list_with_a_revoked_token_is_refused(tier, agent, peer):
     assert "tasks" not in json.dumps(refused(call(tier, "ListTasks", {}, token=agent.token)))
 
 
+def one_statement_when_cached(read):
+    """`read()` twice: the first authenticates; the second, on the recalled identity, is one
+    statement with no credential lookup. Returns the second's result."""
+    first = statements(read)
+    assert any(AUTHENTICATION in sql for sql in first), first
+    results = []
+    cached = statements(lambda: results.append(read()))
+    assert len(cached) == 1 and AUTHENTICATION not in cached[0], cached
+    return results[0]
+
+
 @pytest.mark.parametrize("method", ["ListTasks", "tasks/list"])
 def test_a_list_after_the_first_read_no_credential(agent, peer, method):
     """After the first request a list is one statement — count, page and the identity check —
@@ -318,15 +329,9 @@ def test_a_list_after_the_first_read_no_credential(agent, peer, method):
     def listed():
         return rpc.result(agent, method, {})
 
-    first = statements(listed)
-    assert any(AUTHENTICATION in sql for sql in first), first
-    pages = []
-    cached = statements(lambda: pages.append(listed()))
-    assert cached and not any(AUTHENTICATION in sql for sql in cached), cached
-    assert len(cached) == 1, cached
-    assert len(pages[0]["tasks"]) == 1
-
+    assert len(one_statement_when_cached(listed)["tasks"]) == 1
     agent_services.set_agent_policy(agent=peer.refresh(), send_to=[])
+    pages = []
     after = statements(lambda: pages.append(listed()))
     assert any(AUTHENTICATION in sql for sql in after), after
     assert pages[-1]["tasks"] == [] and pages[-1]["totalSize"] == 0
@@ -352,13 +357,7 @@ def test_a_get_after_the_first_read_no_credential(agent, peer, method):
     def got():
         return rpc.result(agent, method, {"id": task["id"]})
 
-    first = statements(got)
-    assert any(AUTHENTICATION in sql for sql in first), first
-    answers = []
-    cached = statements(lambda: answers.append(got()))
-    assert cached and not any(AUTHENTICATION in sql for sql in cached), cached
-    assert len(cached) == 1, cached
-    assert answers[0]["id"] == task["id"]
+    assert one_statement_when_cached(got)["id"] == task["id"]
 
     agent_services.set_agent_policy(agent=peer.refresh(), send_to=[])  # closes the history
     after = statements(lambda: rpc.call(agent, method, {"id": task["id"]}))
