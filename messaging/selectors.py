@@ -50,22 +50,25 @@ def party_task(*, sender: Sender, task_id: Any) -> Task:
     return task
 
 
+# Every column of a task and of an agent: what the ORM loaded (with select_related), so
+# rendering and policy see the same instances.
 _TASK_FIELDS = tuple(f.name for f in Task._meta.concrete_fields)
 _AGENT_FIELDS = tuple(f.name for f in Agent._meta.concrete_fields)
+
+
+@cache
+def _columns(alias: str, model: type, fields: tuple[str, ...]) -> str:
+    quote = connection.ops.quote_name
+    return ", ".join(f"{alias}.{quote(model._meta.get_field(f).column)}" for f in fields)
 
 
 @cache
 def _party_task_sql(check: str) -> str:
     """The task (or a row of NULLs) with its sender's and recipient's rows, after `check`.
     Cached per check text: there are two (none, and a recalled identity's)."""
-    quote = connection.ops.quote_name
-
-    def columns(alias: str, model: type, fields: tuple[str, ...]) -> str:
-        return ", ".join(f"{alias}.{quote(model._meta.get_field(f).column)}" for f in fields)
-
     return (
-        f"SELECT ({check}), {columns('t', Task, _TASK_FIELDS)},"
-        f" {columns('s', Agent, _AGENT_FIELDS)}, {columns('r', Agent, _AGENT_FIELDS)}"
+        f"SELECT ({check}), {_columns('t', Task, _TASK_FIELDS)},"
+        f" {_columns('s', Agent, _AGENT_FIELDS)}, {_columns('r', Agent, _AGENT_FIELDS)}"
         " FROM (SELECT 1 AS one) o LEFT JOIN messaging_task t ON t.id = %s AND t.tenant_id = %s"
         " LEFT JOIN agents_agent s ON s.id = t.sender_id"
         " LEFT JOIN agents_agent r ON r.id = t.recipient_id"
@@ -138,7 +141,7 @@ def list_tasks(
     check, check_params = sender.check or ("1 = 1", [])
     sql = (
         f"SELECT n.total, ({check}) AS ok, pg.* FROM (SELECT COUNT(*) AS total FROM {_LIST_FROM}"
-        f" WHERE {where}) n LEFT JOIN (SELECT {_list_columns()} FROM {_LIST_FROM}"
+        f" WHERE {where}) n LEFT JOIN (SELECT {_columns('m', Task, _TASK_FIELDS)} FROM {_LIST_FROM}"
         f" WHERE {where}{keyset} ORDER BY m.status_at DESC, m.id DESC LIMIT %s) pg ON 1 = 1"
         " ORDER BY pg.status_at DESC, pg.id DESC"
     )
@@ -146,7 +149,7 @@ def list_tasks(
     total, ok = fetched[0][0], fetched[0][1]
     if not ok:
         raise Unverified
-    page = [rows.build(Task, _LIST_FIELDS, row[2:]) for row in fetched if row[2] is not None]
+    page = [rows.build(Task, _TASK_FIELDS, row[2:]) for row in fetched if row[2] is not None]
     token = ""
     if len(page) > page_size:
         page = page[:page_size]
@@ -154,19 +157,11 @@ def list_tasks(
     return TaskPage(tasks=page, next_page_token=token, total_size=total)
 
 
-# Every column of a task: what the ORM loaded for a page, so rendering sees the same task.
-_LIST_FIELDS = tuple(f.name for f in Task._meta.concrete_fields)
 # The task and both parties' rows, which `policy.READ` may read (their allow-lists).
 _LIST_FROM = (
     "messaging_task m LEFT JOIN agents_agent ps ON ps.id = m.sender_id"
     " LEFT JOIN agents_agent pr ON pr.id = m.recipient_id"
 )
-
-
-@cache
-def _list_columns() -> str:
-    quote = connection.ops.quote_name
-    return ", ".join(f"m.{quote(Task._meta.get_field(f).column)}" for f in _LIST_FIELDS)
 
 
 def _list_where(
