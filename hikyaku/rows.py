@@ -295,6 +295,32 @@ def select_list(model: type[Model], fields: tuple[str, ...]) -> str:
     return ", ".join(f"{table}.{quote(model._meta.get_field(f).column)}" for f in fields)
 
 
+@cache
+def columns(alias: str, model: type[Model], fields: tuple[str, ...]) -> str:
+    """`fields` as columns of `model`'s table under the alias `alias` in the statement, for a
+    table joined twice (a task's sender and recipient)."""
+    quote = connection.ops.quote_name
+    return ", ".join(f"{alias}.{quote(model._meta.get_field(f).column)}" for f in fields)
+
+
+def build_joined(
+    model: type[M],
+    fields: tuple[str, ...],
+    values: tuple | list,
+    joined: tuple[tuple[str, type[Model], tuple[str, ...]], ...],
+) -> M:
+    """An instance of `model` from a row that holds `fields`, then, for each (relation,
+    related model, its fields) of `joined` in order, the related row of a LEFT JOIN, set on
+    the relation (None when the row's first value, its key, is NULL)."""
+    end = len(fields)
+    obj = build(model, fields, values[:end])
+    for name, related, related_fields in joined:
+        start, end = end, end + len(related_fields)
+        part = values[start:end]
+        setattr(obj, name, build(related, related_fields, part) if part[0] is not None else None)
+    return obj
+
+
 def prep(model: type[Model], field: str, value: Any) -> Any:
     """A value as the database expects it for this field (UUIDs on SQLite are hex, etc.)."""
     return model._meta.get_field(field).get_db_prep_value(value, connection)

@@ -54,12 +54,7 @@ def party_task(*, sender: Sender, task_id: Any) -> Task:
 # rendering and policy see the same instances.
 _TASK_FIELDS = tuple(f.name for f in Task._meta.concrete_fields)
 _AGENT_FIELDS = tuple(f.name for f in Agent._meta.concrete_fields)
-
-
-@cache
-def _columns(alias: str, model: type, fields: tuple[str, ...]) -> str:
-    quote = connection.ops.quote_name
-    return ", ".join(f"{alias}.{quote(model._meta.get_field(f).column)}" for f in fields)
+_PARTIES = (("sender", Agent, _AGENT_FIELDS), ("recipient", Agent, _AGENT_FIELDS))
 
 
 @cache
@@ -67,8 +62,9 @@ def _party_task_sql(check: str) -> str:
     """The task (or a row of NULLs) with its sender's and recipient's rows, after `check`.
     Cached per check text: there are two (none, and a recalled identity's)."""
     return (
-        f"SELECT ({check}), {_columns('t', Task, _TASK_FIELDS)},"
-        f" {_columns('s', Agent, _AGENT_FIELDS)}, {_columns('r', Agent, _AGENT_FIELDS)}"
+        f"SELECT ({check}), {rows.columns('t', Task, _TASK_FIELDS)},"
+        f" {rows.columns('s', Agent, _AGENT_FIELDS)},"
+        f" {rows.columns('r', Agent, _AGENT_FIELDS)}"
         " FROM (SELECT 1 AS one) o LEFT JOIN messaging_task t ON t.id = %s AND t.tenant_id = %s"
         " LEFT JOIN agents_agent s ON s.id = t.sender_id"
         " LEFT JOIN agents_agent r ON r.id = t.recipient_id"
@@ -76,16 +72,9 @@ def _party_task_sql(check: str) -> str:
 
 
 def _task_with_parties(values: tuple) -> Task | None:
-    n, m = len(_TASK_FIELDS), len(_AGENT_FIELDS)
     if values[0] is None:
         return None
-    task = rows.build(Task, _TASK_FIELDS, values[:n])
-    sender, recipient = values[n : n + m], values[n + m :]
-    task.sender = rows.build(Agent, _AGENT_FIELDS, sender) if sender[0] is not None else None
-    task.recipient = (
-        rows.build(Agent, _AGENT_FIELDS, recipient) if recipient[0] is not None else None
-    )
-    return task
+    return rows.build_joined(Task, _TASK_FIELDS, values, _PARTIES)
 
 
 @dataclass(frozen=True)
@@ -141,7 +130,8 @@ def list_tasks(
     check, check_params = sender.check or ("1 = 1", [])
     sql = (
         f"SELECT n.total, ({check}) AS ok, pg.* FROM (SELECT COUNT(*) AS total FROM {_LIST_FROM}"
-        f" WHERE {where}) n LEFT JOIN (SELECT {_columns('m', Task, _TASK_FIELDS)} FROM {_LIST_FROM}"
+        f" WHERE {where}) n LEFT JOIN (SELECT {rows.columns('m', Task, _TASK_FIELDS)}"
+        f" FROM {_LIST_FROM}"
         f" WHERE {where}{keyset} ORDER BY m.status_at DESC, m.id DESC LIMIT %s) pg ON 1 = 1"
         " ORDER BY pg.status_at DESC, pg.id DESC"
     )

@@ -122,7 +122,7 @@ def read_for_transition(*, tenant_id: Any, task_id: uuid.UUID) -> Task | None:
     """A task that is not a broadcast summary, with the rows of its parties (PARTY_FIELDS)
     loaded on `sender` and `recipient`, in one unlocked read."""
     fields = ("id", *PARTY_FIELDS)
-    party_columns = ", ".join(f"{alias}.{col}" for alias in ("s", "r") for col in fields)
+    party_columns = f"{rows.columns('s', Agent, fields)}, {rows.columns('r', Agent, fields)}"
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {rows.select_list(Task, TASK_FIELDS)}, {party_columns}"
@@ -139,12 +139,9 @@ def read_for_transition(*, tenant_id: Any, task_id: uuid.UUID) -> Task | None:
         row = cursor.fetchone()
     if row is None:
         return None
-    n, width = len(TASK_FIELDS), len(fields)
-    task = rows.build(Task, TASK_FIELDS, row[:n])
-    sender, recipient = row[n : n + width], row[n + width :]
-    task.sender = rows.build(Agent, fields, sender) if task.sender_id is not None else None
-    task.recipient = rows.build(Agent, fields, recipient)
-    return task
+    return rows.build_joined(
+        Task, TASK_FIELDS, row, (("sender", Agent, fields), ("recipient", Agent, fields))
+    )
 
 
 def party_ids(task: Task) -> list[uuid.UUID]:

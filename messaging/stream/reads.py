@@ -77,11 +77,7 @@ TASK_FIELDS = _in_model_order(
 AGENT_FIELDS = _in_model_order(
     Agent, {"id", "tenant", "status", "send_to", "receive_from", "disclosure_ceiling"}
 )
-
-
-def _columns(alias: str, model: type, fields: tuple[str, ...]) -> str:
-    quote = connection.ops.quote_name
-    return ", ".join(f"{alias}.{quote(model._meta.get_field(f).column)}" for f in fields)
+PARTIES = (("sender", Agent, AGENT_FIELDS), ("recipient", Agent, AGENT_FIELDS))
 
 
 def _events_sql(k: str, tenant: str, agent: str, after: str, credentials: str) -> str:
@@ -111,8 +107,9 @@ def _outer(source: str) -> str:
     task_of = quote(TaskEvent._meta.get_field("task").column)
     return (
         f"SELECT w.k, w.ok, w.id, w.delivery, (SELECT MAX(x.id) FROM {events} x"
-        f" WHERE x.{task_of} = w.task_id), {_columns('t', Task, TASK_FIELDS)},"
-        f" {_columns('s', Agent, AGENT_FIELDS)}, {_columns('r', Agent, AGENT_FIELDS)}"
+        f" WHERE x.{task_of} = w.task_id), {sql_rows.columns('t', Task, TASK_FIELDS)},"
+        f" {sql_rows.columns('s', Agent, AGENT_FIELDS)},"
+        f" {sql_rows.columns('r', Agent, AGENT_FIELDS)}"
         f" FROM {source}"
         f" JOIN {quote(Task._meta.db_table)} t ON t.{task_pk} = w.task_id"
         f" LEFT JOIN {agents} s ON s.{agent_pk} = t.{quote(Task._meta.get_field('sender').column)}"
@@ -199,7 +196,6 @@ class _Row:
 def _collect(fetched: list[tuple]) -> dict[int, tuple[bool, list[_Row]]]:
     """The rows of `_statement` per stream (its index in the chunk) that has events: whether
     its credentials hold, and its events in id order."""
-    n_task, n_agent = len(TASK_FIELDS), len(AGENT_FIELDS)
     tasks: dict[tuple[Any, int], Task] = {}  # one instance per task and latest event
     out: dict[int, tuple[bool, list[_Row]]] = {}
     for row in fetched:
@@ -207,13 +203,7 @@ def _collect(fetched: list[tuple]) -> dict[int, tuple[bool, list[_Row]]]:
         values = row[5:]
         task = tasks.get((values[0], latest))
         if task is None:
-            task = sql_rows.build(Task, TASK_FIELDS, values[:n_task])
-            sender = values[n_task : n_task + n_agent]
-            recipient = values[n_task + n_agent :]
-            task.sender = sql_rows.build(Agent, AGENT_FIELDS, sender) if sender[0] else None
-            task.recipient = (
-                sql_rows.build(Agent, AGENT_FIELDS, recipient) if recipient[0] else None
-            )
+            task = sql_rows.build_joined(Task, TASK_FIELDS, values, PARTIES)
             tasks[(values[0], latest)] = task
         entry = out.setdefault(k, (bool(ok), []))
         entry[1].append(_Row(event_id, bool(delivery), latest, task))
