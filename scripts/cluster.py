@@ -51,7 +51,7 @@ STATE = "cluster.json"
 NGINX_CONF = REPO / "deploy" / "nginx.conf"
 # Request threads per web process: docker-compose.yml's GRANIAN_BLOCKING_THREADS
 # (tests/ops/test_deploy.py checks that they agree).
-WEB_THREADS = "2"
+WEB_THREADS = "4"
 
 
 @dataclass

@@ -24,7 +24,7 @@ BIN = Path(sys.executable).parent
 KINDS = ("uvicorn-asgi", "granian-wsgi")
 # Request threads per production web process, as docker-compose.yml sets them
 # (GRANIAN_BLOCKING_THREADS; tests/ops/test_deploy.py checks that they agree).
-WEB_THREADS = 2
+WEB_THREADS = 4
 
 
 def uvicorn_argv(
