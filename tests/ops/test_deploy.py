@@ -254,6 +254,25 @@ def test_the_web_and_stream_commands_serve_the_broker(name, migrated_env, tmp_pa
         assert card.status_code == 200 and card.json()["name"] == "Hikyaku"
 
 
+def test_the_uvicorn_servers_parse_http_with_httptools_on_uvloop(migrated_env, tmp_path):
+    """`make run` and the stream tier leave uvicorn's `--http` and `--loop` at auto, which take
+    httptools and uvloop when they are installed (pyproject.toml) and otherwise the
+    pure-Python h11 and asyncio's own loop, at more CPU per request (docs/MEASUREMENTS.md,
+    "uvicorn's HTTP parser and event loop"). The running server has both compiled modules
+    loaded."""
+    stream = " ".join(SERVICES["stream"]["command"])
+    assert "--http" not in stream and "--loop" not in stream
+    port = free_port()
+    argv = testbed.uvicorn_argv(port)
+    ready = f"http://127.0.0.1:{port}/readyz"
+    with running(argv, env=migrated_env, log=tmp_path / "server.log", ready_url=ready) as server:
+        assert httpx.get(ready).status_code == 200
+        maps = Path(f"/proc/{server.proc.pid}/maps").read_text()
+    libraries = {line.split()[-1] for line in maps.splitlines() if line.endswith(".so")}
+    assert any("/httptools/parser/parser." in path for path in libraries), sorted(libraries)
+    assert any("/uvloop/loop." in path for path in libraries), sorted(libraries)
+
+
 def upstream_keepalive_seconds() -> int:
     """How long nginx keeps an idle connection to a server: the same in every upstream."""
     blocks = re.findall(r"upstream \w+ \{([^}]*)\}", NGINX_CONF)
