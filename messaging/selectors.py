@@ -177,8 +177,8 @@ def _list_where(
             params.append(sender.caller_id)
         if peer_id:
             peer = _uuid_or_none(peer_id)
-            if peer is None:  # as the ORM's filter(recipient_id=None) did: the summaries
-                terms.append("m.recipient_id IS NULL")
+            if peer is None:  # no agent has that id: the caller sent it nothing
+                terms.append("1 = 0")
             else:
                 terms.append("m.recipient_id = %s")
                 params.append(rows.prep(Task, "recipient", peer))

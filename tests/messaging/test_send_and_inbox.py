@@ -241,6 +241,14 @@ def test_outbox_lists_what_i_sent_and_filters_by_recipient(agent, peer, tenant):
     ]
 
 
+def test_an_outbox_filtered_by_what_is_not_an_agent_id_is_empty(agent, peer):
+    send(agent, peer.id)
+    send(agent, "*")  # its summary, whose recipient is no agent, is in the outbox
+    for context_id in ("not-an-agent-id", "*"):
+        page = result(agent, "ListTasks", {"contextId": context_id, "metadata": {"box": "outbox"}})
+        assert (page["tasks"], page["totalSize"]) == ([], 0), context_id
+
+
 def test_list_tasks_query_count_is_constant_per_page(agent, peer):
     def count() -> int:
         with CaptureQueriesContext(connection) as ctx:
