@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC
 
 import psycopg
 import pytest
@@ -53,6 +54,35 @@ def test_a_built_task_is_the_one_the_orm_reads(agent, peer):
     built.metadata = {"saved": "from a built instance"}
     built.save(update_fields=["metadata"])
     assert Task.objects.get(pk=task_id).metadata == {"saved": "from a built instance"}
+
+
+def test_json_columns_decode_as_djangos_field_decodes_them(agent, peer):
+    """JSON columns are decoded by orjson, and what orjson would read otherwise or refuses by
+    Django's field, so a built task holds what the ORM's holds: an integer beyond 64 bits
+    (orjson would make it a float), a float that is whole, text in any script, deep
+    nesting."""
+    task_id = send(agent, peer.id)["id"]
+    deep: list = []
+    for _ in range(40):
+        deep = [deep]
+    odd = {
+        "big": 2**70 + 1,
+        "neg": -(2**65) - 1,
+        "u64": 2**64 - 1,
+        "whole": 3.0,
+        "tiny": 1e-7,
+        "text": "é 日本 \u2028",
+        "deep": deep,
+    }
+    Task.objects.filter(pk=task_id).update(metadata=odd, artifacts=[odd])
+    built = _read(task_id)
+    orm = Task.objects.get(pk=task_id)
+    assert built.metadata == orm.metadata == odd
+    assert built.artifacts == orm.artifacts == [odd]
+    assert type(built.metadata["whole"]) is type(orm.metadata["whole"]) is float
+    assert type(built.metadata["big"]) is type(built.metadata["neg"]) is int
+    converters = rows._reader(Task, ("metadata",))[1][0][0]
+    assert Task._meta.get_field("metadata").from_db_value not in converters  # orjson's, first
 
 
 def test_init_signal_receivers_are_still_called(agent, peer):
@@ -234,3 +264,28 @@ def test_statements_go_on_after_the_connection_is_closed_or_dropped(agent, peer)
     connection.close_if_unusable_or_obsolete()
     assert _backend_pid() not in (first, second)
     assert send(agent, peer.id, "after a drop")["id"]
+
+
+@pytest.mark.skipif(not settings.IS_POSTGRES, reason="the kept cursor is Postgres's")
+def test_timestamps_read_on_the_kept_cursor_are_the_ones_django_reads():
+    """The kept cursor reads timestamps with psycopg's compiled loader instead of Django's
+    Python one: the same datetimes, with the same tzinfo object, at the edges of the range and
+    for values written in another zone."""
+    values = [
+        "2026-12-06 23:59:59.999999+00",
+        "2026-07-01 12:00:00.5-07:30",
+        "0001-01-01 00:00:00+00",
+        "9999-12-31 23:59:59.999999+00",
+        "1969-12-31 23:59:59.000001+00",
+    ]
+    sql = "SELECT " + ", ".join(["%s::timestamptz"] * len(values))
+    kept = rows.one(sql, values)
+    with connection.cursor() as cursor:  # Django's cursor and loader
+        cursor.execute(sql, values)
+        django = cursor.fetchone()
+    assert kept == django
+    assert [v.tzinfo for v in kept] == [v.tzinfo for v in django]
+    assert all(v.tzinfo is UTC for v in kept)
+    oid = psycopg.adapters.types["timestamptz"].oid
+    loader = rows._held.cursor.adapters.get_loader(oid, psycopg.pq.Format.TEXT)
+    assert loader is psycopg.adapters.get_loader(oid, psycopg.pq.Format.TEXT)
