@@ -340,15 +340,13 @@ def first(model: type[M], fields: tuple[str, ...], sql: str, params: list[Any]) 
 def select_list(model: type[Model], fields: tuple[str, ...]) -> str:
     """`fields` as table-qualified columns, safe in joins (Postgres and SQLite quote names
     alike, so one string serves both)."""
-    quote = connection.ops.quote_name
-    table = quote(model._meta.db_table)
-    return ", ".join(f"{table}.{quote(model._meta.get_field(f).column)}" for f in fields)
+    return columns(connection.ops.quote_name(model._meta.db_table), model, fields)
 
 
 @cache
 def columns(alias: str, model: type[Model], fields: tuple[str, ...]) -> str:
-    """`fields` as columns of `model`'s table under the alias `alias` in the statement, for a
-    table joined twice (a task's sender and recipient)."""
+    """`fields` as columns of `model`'s table under the name `alias` in the statement (an
+    alias, for a table joined twice: a task's sender and recipient)."""
     quote = connection.ops.quote_name
     return ", ".join(f"{alias}.{quote(model._meta.get_field(f).column)}" for f in fields)
 

@@ -364,8 +364,8 @@ HIKYAKU_TOUCH_INTERVAL_SECONDS = env.int("HIKYAKU_TOUCH_INTERVAL_SECONDS", defau
 # to the stream processes (messaging/stream/handoff.py).
 HIKYAKU_STREAM_DB_THREADS = env.int("HIKYAKU_STREAM_DB_THREADS", default=8)
 # An ASGI process answers the broker's JSON-RPC calls on this many threads, each keeping its
-# database connection (hikyaku/lean.py). Two cost less CPU per call than eight and answered
-# sooner, as in a web process (docs/MEASUREMENTS.md, "Request threads per web process").
+# database connection (hikyaku/lean.py). Two cost as much CPU per call as eight, with a lower
+# p99 and fewer connections (docs/MEASUREMENTS.md, "Request threads per web process").
 HIKYAKU_API_THREADS = env.int("HIKYAKU_API_THREADS", default=2)
 HIKYAKU_STREAM_KEEPALIVE_SECONDS = env.float("HIKYAKU_STREAM_KEEPALIVE_SECONDS", default=25.0)
 HIKYAKU_STREAM_SCAN_SECONDS = env.float("HIKYAKU_STREAM_SCAN_SECONDS", default=1.0)
