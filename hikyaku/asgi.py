@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from django.conf import settings
 from django.core.asgi import get_asgi_application
 
-from hikyaku import client_address
+from hikyaku import client_address, heap
 from hikyaku.sqlite_backup import hold_server_lock
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hikyaku.settings")
@@ -224,3 +224,7 @@ async def application(scope, receive, send):
                 return
             receive = _replay(messages, receive)
     await django_application(scope, receive, send)
+
+
+# Everything this process needs is loaded: keep it out of the collector's full passes.
+heap.settle()

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.wsgi import get_wsgi_application
 
+from hikyaku import heap
 from hikyaku.sqlite_backup import hold_server_lock
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hikyaku.settings")
@@ -91,3 +92,5 @@ def _application():
 application = _application()
 # On the embedded SQLite default, `manage.py restore` refuses while this process runs.
 hold_server_lock(settings.DATABASES["default"])
+# Everything this process needs is loaded: keep it out of the collector's full passes.
+heap.settle()

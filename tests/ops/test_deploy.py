@@ -273,6 +273,25 @@ def test_the_uvicorn_servers_parse_http_with_httptools_on_uvloop(migrated_env, t
     assert any("/uvloop/loop." in path for path in libraries), sorted(libraries)
 
 
+@pytest.mark.parametrize("module", ["hikyaku.wsgi", "hikyaku.asgi"])
+def test_a_loaded_server_process_leaves_its_startup_objects_out_of_full_collections(
+    module, migrated_env
+):
+    """The web and stream processes load Django and the apps (well over 100,000 objects) and
+    then freeze them (hikyaku/heap.py): a full collection walks only what came later, instead
+    of holding the GIL for tens of milliseconds (docs/ARCHITECTURE.md, Garbage collection)."""
+    code = (
+        f"import gc, importlib; importlib.import_module({module!r});"
+        " print(gc.get_freeze_count(), len(gc.get_objects()))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=migrated_env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    frozen, tracked = map(int, result.stdout.split())
+    assert frozen > 100_000 and tracked < 1_000, (frozen, tracked)
+
+
 def upstream_keepalive_seconds() -> int:
     """How long nginx keeps an idle connection to a server: the same in every upstream."""
     blocks = re.findall(r"upstream \w+ \{([^}]*)\}", NGINX_CONF)
