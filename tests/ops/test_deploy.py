@@ -279,7 +279,7 @@ def test_a_loaded_server_process_leaves_its_startup_objects_out_of_full_collecti
 ):
     """The web and stream processes load Django and the apps (well over 100,000 objects) and
     then freeze them (hikyaku/heap.py): a full collection walks only what came later, instead
-    of holding the GIL for tens of milliseconds (docs/ARCHITECTURE.md, Garbage collection)."""
+    of holding the GIL for tens of milliseconds (docs/MEASUREMENTS.md, Garbage collection)."""
     code = (
         f"import gc, importlib; importlib.import_module({module!r});"
         " print(gc.get_freeze_count(), len(gc.get_objects()))"
