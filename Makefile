@@ -97,7 +97,7 @@ tck: $(STAMP)  ## the A2A conformance kit against an agent
 	@$(BIN)/python -m conformance.run
 
 lock:  ## regenerate requirements.lock from pyproject.toml
-	uv pip compile pyproject.toml --extra dev -o requirements.lock --python-version 3.11 --generate-hashes
+	uv pip compile pyproject.toml --extra dev -o requirements.lock --python-version 3.11 --generate-hashes --universal
 
 clean:  ## remove .venv, the SQLite database and its secret key
 	rm -rf $(VENV) hikyaku.sqlite3 hikyaku.secret_key
