@@ -20,6 +20,10 @@ A woken stream reads its events from the database; the hub never carries events.
 streams woken together read in one batch (`read`): one statement for all of them, on the
 loop's own connection on Postgres or one trip to a DB thread on SQLite
 (messaging/stream/reads.py), instead of one of each per stream.
+
+While it holds FREEZE_STREAMS streams or more, the process freezes what survives each full
+collection (hikyaku.heap.FreezeSurvivors), so thousands of streams' objects are not walked
+again by every later one.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from django.db.models import Max
 
 from agents.auth import stale_identities
 from agents.selectors import peer_reachability
+from hikyaku import heap
 
 from .. import events
 from ..models import TaskEvent
@@ -52,6 +57,12 @@ log = logging.getLogger(__name__)
 # whose transaction committed up to ~that many seconds after its id was allocated is still
 # found even when its doorbell was lost.
 SCAN_LOOKBACK = 5
+
+# From this many open streams on, the process freezes what survives each full collection
+# (hikyaku.heap.FreezeSurvivors): their objects, about a hundred tracked objects a stream,
+# are then what a full collection would walk again and again while subscribers connect
+# (docs/MEASUREMENTS.md, Garbage collection).
+FREEZE_STREAMS = 100
 
 
 class Subscription:
@@ -125,6 +136,7 @@ class Hub:
         # handler keeps one object per context on an event loop, so a task with a context of
         # its own would build a new one (a few per cent of a live event's CPU here).
         self._read_context = contextvars.Context()
+        self._freeze = heap.FreezeSurvivors(lambda: len(self._all) >= FREEZE_STREAMS)
         self.started = False
 
     # Registration ---------------------------------------------------------------------
@@ -235,6 +247,7 @@ class Hub:
         else:
             events.add_local_listener(self._ring_from_thread)
         self._tasks.append(asyncio.create_task(self._tick_forever(), name="stream-hub-ticks"))
+        self._freeze.install()
         self.started = True
         log.info(
             "stream hub started (doorbells via %s, catch-up scan every %.1fs)",
@@ -243,6 +256,7 @@ class Hub:
         )
 
     async def stop(self) -> None:
+        self._freeze.remove()
         events.remove_local_listener(self._ring_from_thread)
         for task in self._tasks:
             task.cancel()

@@ -292,6 +292,96 @@ def test_a_loaded_server_process_leaves_its_startup_objects_out_of_full_collecti
     assert frozen > 100_000 and tracked < 1_000, (frozen, tracked)
 
 
+FREEZE_SURVIVORS = """
+import gc, weakref
+from hikyaku.heap import FreezeSurvivors
+
+class Stream:  # stands for a stream's long-lived objects: tracked, and weakly referable
+    def __init__(self):
+        self.state = {"open": True}
+
+holds = [False]
+freeze = FreezeSurvivors(lambda: holds[0])
+freeze.install()
+streams = [Stream() for _ in range(20_000)]
+gc.collect()
+before = gc.get_freeze_count()
+holds[0] = True
+gc.collect()
+after = gc.get_freeze_count()
+tracked = len(gc.get_objects())
+gone = weakref.ref(streams[0])
+del streams
+freeze.remove()
+print(before, after, tracked, gone() is None, freeze in gc.callbacks)
+"""
+
+
+def test_a_process_holding_many_streams_leaves_their_objects_out_of_later_collections():
+    """A stream process with thousands of streams freezes what survives each full collection
+    (hikyaku/heap.py, FreezeSurvivors): the next one walks only what came after, instead of
+    every stream's objects again, each time with every stream of the process stopped
+    (docs/MEASUREMENTS.md, Garbage collection). Frozen objects are still freed when dropped."""
+    result = subprocess.run(
+        [sys.executable, "-c", FREEZE_SURVIVORS], cwd=REPO, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    before, after, tracked, freed, still_installed = result.stdout.split()
+    assert int(before) == 0  # not while the condition is false
+    assert int(after) >= 40_000  # the streams and their dicts
+    assert int(tracked) < 1_000
+    assert freed == "True" and still_installed == "False"
+
+
+HUB_FREEZES = """
+import asyncio, gc, django
+django.setup()
+from agents.auth import AgentIdentity
+from agents.models import Agent
+from messaging.a2a.wire import Dialect
+from messaging.stream import hub as streams
+from messaging.stream.feeds import InboxFeed
+from tenants.models import Tenant
+
+async def main():
+    hub = streams.Hub()
+    await hub.start()
+    installed = any(callback is hub._freeze for callback in gc.callbacks)
+    tenant = Tenant(slug="t")
+    identity = AgentIdentity(tenant=tenant, agent=Agent(tenant=tenant), api_key=None,
+                             credential_hash="h")
+    subscriptions = [hub.subscribe(InboxFeed(identity, Dialect.V1_0, since=0))
+                     for _ in range(streams.FREEZE_STREAMS - 1)]
+    few = hub._freeze.holds()
+    subscriptions.append(hub.subscribe(InboxFeed(identity, Dialect.V1_0, since=0)))
+    many = hub._freeze.holds()
+    hub.unsubscribe(subscriptions.pop())
+    fewer = hub._freeze.holds()
+    await hub.stop()
+    removed = not any(callback is hub._freeze for callback in gc.callbacks)
+    print(installed, few, many, fewer, removed)
+
+asyncio.run(main())
+"""
+
+
+def test_the_stream_hub_freezes_survivors_only_while_it_holds_many_streams(migrated_env):
+    """The freezing is on from FREEZE_STREAMS open streams, and only while the hub runs: a
+    process with a few streams and Django views (the embedded default) keeps CPython's own
+    collections, which free the cycles a view may leave."""
+    result = subprocess.run(
+        [sys.executable, "-c", HUB_FREEZES],
+        cwd=REPO,
+        env=migrated_env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    installed, few, many, fewer, removed = result.stdout.split()
+    assert installed == "True" and removed == "True"
+    assert (few, many, fewer) == ("False", "True", "False")
+
+
 def upstream_keepalive_seconds() -> int:
     """How long nginx keeps an idle connection to a server: the same in every upstream."""
     blocks = re.findall(r"upstream \w+ \{([^}]*)\}", NGINX_CONF)
