@@ -5,8 +5,8 @@ Once Django, the apps and their modules are loaded, a process holds 110,000–17
 that live as long as it does. CPython's full collection walks every one of them each time it
 runs: 34 ms in a web process here, with the GIL held, so every request thread and every stream
 of the process stops meanwhile. `settle` moves them out of the collector's sight once loading
-is done. A stream process holding hundreds or thousands of streams has the same problem with the
-streams' own objects, which `FreezeSurvivors` keeps out of sight in the same way.
+is done. A stream process holding hundreds or thousands of streams has the same problem with
+the streams' own objects, which `FreezeSurvivors` keeps out of sight in the same way.
 """
 
 from __future__ import annotations

@@ -318,7 +318,7 @@ print(before, after, tracked, gone() is None, freeze in gc.callbacks)
 
 
 def test_a_process_holding_many_streams_leaves_their_objects_out_of_later_collections():
-    """A stream process with thousands of streams freezes what survives each full collection
+    """A stream process with many streams freezes what survives each full collection
     (hikyaku/heap.py, FreezeSurvivors): the next one walks only what came after, instead of
     every stream's objects again, each time with every stream of the process stopped
     (docs/MEASUREMENTS.md, Garbage collection). Frozen objects are still freed when dropped."""
