@@ -11,6 +11,11 @@ the CPU of the one Postgres backend serving it (/proc/<pid>/stat). Both count wo
 time waited, so they move little with the machine's load. The web figure lacks the WSGI
 server's own share (compare `bench.run`'s floor), and nothing here is concurrent.
 
+`--group-commit K` measures what committing sends together would save (docs/MEASUREMENTS.md,
+Postgres): it captures the statement of one send and runs it again with fresh ids, one
+autocommit statement per send as the store runs it, then K per transaction in one round trip
+(psycopg's pipeline), reporting this thread's and the backend's CPU per send.
+
 Needs the benchmark's environment: DATABASE_URL (a scratch database: this migrates it and
 adds a tenant per run) and optionally REDIS_URL.
 """
@@ -42,6 +47,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="report the least of rounds")
     parser.add_argument(
         "--wsgi", action="store_true", help="call hikyaku.wsgi.application, not the test client"
+    )
+    parser.add_argument(
+        "--group-commit",
+        type=int,
+        metavar="K",
+        help="replay one send's statement alone and K per transaction, and stop",
     )
     args = parser.parse_args()
 
@@ -126,6 +137,9 @@ def main() -> None:
         for i in range(args.agents)
     ]
     connection.ensure_connection()
+    if args.group_commit:
+        _group_commit(args, agents, post)
+        return
 
     def measured(work) -> tuple[float, float, int]:
         pid = connection.connection.info.backend_pid
@@ -189,6 +203,78 @@ def main() -> None:
         pg = min(s[1] for s in samples)
         per = "per delivery" if name == "broadcast" else "per message"
         print(f"{name + ', ' + per:30} {web:7.3f} {pg:7.3f} {web + pg:7.3f}")
+    print(f"load average: {os.getloadavg()[0]:.2f}")
+
+
+def _group_commit(args: argparse.Namespace, agents: list[dict], post) -> None:
+    from django.db import connection
+
+    from bench import a2a
+
+    captured: list[tuple[str, list]] = []
+
+    def capture(execute, sql, params, many, context):
+        if sql.startswith("WITH v AS") and "INSERT INTO messaging_task" in sql:
+            captured.append((sql, list(params)))
+        return execute(sql, params, many, context)
+
+    src, dst = agents[0], agents[1]
+    mid = f"m-{uuid.uuid4().hex}"
+    with connection.execute_wrapper(capture):
+        answer = post(
+            "/a2a/",
+            a2a.send_message(
+                message_id=mid,
+                destination=dst["agent_id"],
+                text=a2a.message_text(mid, dst["agent_id"], 256),
+            ),
+            src["agent_token"],
+        )
+    ((sql, params),) = captured
+    task_id = answer["result"]["task"]["id"]
+    # The task's id and the messageId are the statement's only values unique per send.
+    task_at = [i for i, value in enumerate(params) if str(value) == task_id]
+    message_at = [i for i, value in enumerate(params) if value == mid]
+
+    def fresh() -> list:
+        values = list(params)
+        for i in task_at:
+            values[i] = uuid.uuid4()
+        message_id = f"m-{uuid.uuid4().hex}"
+        for i in message_at:
+            values[i] = message_id
+        return values
+
+    raw = connection.connection  # autocommit, with Django's type adapters
+    cursor = raw.cursor()
+    pid = raw.info.backend_pid
+
+    def replay(k: int) -> tuple[float, float]:
+        batches = [[fresh() for _ in range(k)] for _ in range(args.sends // k)]
+        web0, pg0 = time.thread_time() * 1000, _backend_cpu_ms(pid)
+        for batch in batches:
+            if k == 1:
+                cursor.execute(sql, batch[0], prepare=True)
+                cursor.fetchone()
+                continue
+            with raw.pipeline(), raw.transaction():
+                for values in batch:
+                    cursor.execute(sql, values, prepare=True)
+        n = len(batches) * k
+        return (time.thread_time() * 1000 - web0) / n, (_backend_cpu_ms(pid) - pg0) / n
+
+    replay(1)  # prepare it, warm both sides
+    sizes = (1, args.group_commit)
+    samples: dict[int, list[tuple[float, float]]] = {k: [] for k in sizes}
+    for _ in range(args.rounds):
+        for k in sizes:
+            samples[k].append(replay(k))
+    print(f"{'ms per send (least of rounds)':34} {'client':>7} {'pg':>7} {'total':>7}")
+    for k in sizes:
+        client = min(s[0] for s in samples[k])
+        pg = min(s[1] for s in samples[k])
+        label = "autocommit, one per statement" if k == 1 else f"{k} per transaction, pipelined"
+        print(f"{label:34} {client:7.3f} {pg:7.3f} {client + pg:7.3f}")
     print(f"load average: {os.getloadavg()[0]:.2f}")
 
 

@@ -20,6 +20,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 import pytest
 from django.db import connection
 from django.middleware.csrf import CsrfViewMiddleware
@@ -209,13 +210,13 @@ def test_ratios_are_taken_within_each_round_and_their_median_meets_the_target():
     )
 
 
-@pytest.mark.skipif(
-    connection.vendor != "postgresql",
-    reason="bench.micro reads the CPU of the Postgres backend that serves it",
-)
-def test_the_micro_benchmark_runs_to_its_table():
-    """`python -m bench.micro` as a reader runs it: a scratch database of its own, thousands of
-    requests from one key and one tenant (the limiters must not trip), the table at the end."""
+@pytest.fixture
+def micro_env():
+    """The environment `python -m bench.micro` runs in as a reader runs it: a scratch database
+    of its own, thousands of requests from one key and one tenant (the limiters must not
+    trip). Yields the environment; the database is dropped afterwards."""
+    if connection.vendor != "postgresql":
+        pytest.skip("bench.micro reads the CPU of the Postgres backend that serves it")
     suite_url = urlsplit(os.environ["DATABASE_URL"])
     scratch = urlunsplit(suite_url._replace(path=f"/hikyaku_micro_{uuid.uuid4().hex[:8]}"))
     testbed.recreate_database(scratch)
@@ -224,17 +225,39 @@ def test_the_micro_benchmark_runs_to_its_table():
         env["DATABASE_URL"] = scratch
         # Limits its few requests exceed, standing for the defaults its thousands exceed.
         env["HIKYAKU_RATE_LIMIT_PER_MINUTE"] = env["HIKYAKU_TENANT_RATE_LIMIT_PER_MINUTE"] = "5"
-        done = subprocess.run(
-            [sys.executable, "-m", "bench.micro", "--sends", "40", "--broadcasts", "2"]
-            + ["--agents", "3", "--rounds", "1"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        table = done.stdout.splitlines()
-        assert any(line.startswith("send, per message") for line in table), done.stdout
-        assert any(line.startswith("poll+ack, per message") for line in table), done.stdout
+        yield env
     finally:
         testbed.recreate_database(scratch, create=False)
+
+
+def _micro(env: dict, *args: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.micro", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout.splitlines()
+
+
+def test_the_micro_benchmark_runs_to_its_table(micro_env):
+    table = _micro(
+        micro_env, "--sends", "40", "--broadcasts", "2", "--agents", "3", "--rounds", "1"
+    )
+    assert any(line.startswith("send, per message") for line in table), table
+    assert any(line.startswith("poll+ack, per message") for line in table), table
+
+
+def test_the_group_commit_replay_writes_every_send_it_measures(micro_env):
+    """`--group-commit K` runs a captured send's statement again, alone and K per
+    transaction: each replay must write a task (a statement matching nothing would measure
+    the cost of doing nothing)."""
+    table = _micro(micro_env, "--group-commit", "4", "--sends", "40", "--agents", "2")
+    assert any(line.startswith("autocommit, one per statement") for line in table), table
+    assert any(line.startswith("4 per transaction, pipelined") for line in table), table
+    with psycopg.connect(micro_env["DATABASE_URL"]) as db:
+        (tasks,) = db.execute("SELECT count(*) FROM messaging_task").fetchone()
+    # The captured send, the warm-up's 40, then five rounds of 40 alone and 40 grouped.
+    assert tasks == 1 + 40 + 5 * (40 + 40)
