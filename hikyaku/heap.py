@@ -34,8 +34,9 @@ class FreezeSurvivors:
     reference cycle is never collected. Only the cycles matter: an object without one is freed
     by its reference count, frozen or not. The stream processes' own objects leave none (their
     streams open and close, events are read and written, and no cycle is left behind,
-    docs/MEASUREMENTS.md, Garbage collection), which is why the hub turns this on for a process
-    holding many streams and not for every process: a Django view may leave cycles."""
+    docs/MEASUREMENTS.md, Garbage collection; tests/messaging/test_stream_cycles.py), which is
+    why the hub turns this on for a process holding many streams and not for every process: a
+    Django view may leave cycles."""
 
     def __init__(self, holds: Callable[[], bool]) -> None:
         self.holds = holds
