@@ -105,6 +105,7 @@ class Config:
             str(BIN / "uvicorn"), "hikyaku.asgi:application", "--host", self.host,
             "--port", str(self.stream_port), "--no-access-log",
             "--timeout-graceful-shutdown", "10", "--timeout-keep-alive", "30",
+            "--backlog", "16384",
         ]  # fmt: skip
         commands["worker"] = [
             str(BIN / "celery"), "-A", "hikyaku", "worker", "--loglevel", "INFO",

@@ -382,6 +382,25 @@ def test_the_stream_hub_freezes_survivors_only_while_it_holds_many_streams(migra
     assert (few, many, fewer) == ("False", "True", "False")
 
 
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+def test_the_stream_service_listens_with_a_queue_for_a_reconnecting_crowd(migrated_env, tmp_path):
+    """A restarted stream process's clients reconnect together; attempts beyond its listen
+    queue are dropped and retried by TCP after 1, 3, 7 s (README, Scaling). The compose
+    command asks for 16,384 (uvicorn's default is 2048) and the service's sysctls let the
+    kernel grant it; here the kernel grants up to this machine's somaxconn."""
+    command = SERVICES["stream"]["command"]
+    backlog = int(command[command.index("--backlog") + 1])
+    assert backlog >= 10_000
+    assert SERVICES["stream"]["sysctls"]["net.core.somaxconn"] >= backlog
+    somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
+    with serving("stream", migrated_env, tmp_path / "stream.log") as port:
+        listening = subprocess.run(
+            ["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, check=True
+        ).stdout.split()
+    assert listening[0] == "LISTEN", listening
+    assert int(listening[2]) == min(backlog, somaxconn)  # Send-Q of a listener: its queue
+
+
 def upstream_keepalive_seconds() -> int:
     """How long nginx keeps an idle connection to a server: the same in every upstream."""
     blocks = re.findall(r"upstream \w+ \{([^}]*)\}", NGINX_CONF)
