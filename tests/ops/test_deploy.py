@@ -135,12 +135,27 @@ def test_make_cluster_the_tests_and_the_benchmark_run_as_many_web_threads_as_com
     reliability suite and `make bench` copy (testbed.WEB_THREADS)."""
     threads = SERVICES["web"]["environment"]["GRANIAN_BLOCKING_THREADS"]
     assert threads == str(testbed.WEB_THREADS)
+    web = cluster_config(monkeypatch).commands()["web-1"]
+    assert web[web.index("--blocking-threads") + 1] == threads
+
+
+def test_make_cluster_runs_the_stream_command_of_compose(monkeypatch):
+    """`make cluster` runs compose's stream command as it is, bound to its own address."""
+    config = cluster_config(monkeypatch)
+    ours = config.commands()["stream"]
+    theirs = [interpolate(part) for part in SERVICES["stream"]["command"]]
+    theirs[theirs.index("0.0.0.0")] = config.host
+    theirs[theirs.index(SERVICES["stream"]["expose"][0])] = str(config.stream_port)
+    assert [Path(ours[0]).name, *ours[1:]] == theirs
+
+
+def cluster_config(monkeypatch):
+    """scripts/cluster.py's configuration, from this environment."""
     spec = importlib.util.spec_from_file_location("cluster", REPO / "scripts" / "cluster.py")
     cluster = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "cluster", cluster)  # dataclasses look their module up
     spec.loader.exec_module(cluster)
-    web = cluster.Config.from_env().commands()["web-1"]
-    assert web[web.index("--blocking-threads") + 1] == threads
+    return cluster.Config.from_env()
 
 
 def test_data_lives_in_named_volumes():
