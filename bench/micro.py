@@ -238,8 +238,9 @@ def _group_commit(args: argparse.Namespace, agents: list[dict], post) -> None:
 
     def fresh() -> list:
         values = list(params)
+        task = uuid.uuid4()  # and the context's id where it is the task's
         for i in task_at:
-            values[i] = uuid.uuid4()
+            values[i] = task if isinstance(params[i], uuid.UUID) else str(task)
         message_id = f"m-{uuid.uuid4().hex}"
         for i in message_at:
             values[i] = message_id
