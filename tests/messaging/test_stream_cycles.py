@@ -111,7 +111,8 @@ class SavingServer(testbed.Process):
         """Collect in the server: how much garbage it holds, the kinds of what came after
         `since` (but the compiler's closures), and how many streams are open."""
         self.answer.unlink(missing_ok=True)
-        self.probe.write_text(str(since))
+        self.probe.with_suffix(".tmp").write_text(str(since))
+        os.replace(self.probe.with_suffix(".tmp"), self.probe)  # never read half-written
         testbed.wait_until(self.answer.exists, timeout=30, what="the server's collection")
         return json.loads(self.answer.read_text())
 
@@ -151,8 +152,8 @@ def every_kind_of_stream(server, tenant, alice, bob, cookie: str) -> None:
     assert tenant_feed.take(9) and agent_feed.take(9)
     # A replay, dropped by its client before it is read.
     since = SSEClient(f"{server.url}/api/v1/subscribe?since=0", headers=agent_headers(bob))
-    time.sleep(0.5)  # idle: keepalives and checks
-    assert all(stream.comments for stream in (*inboxes, tenant_feed, agent_feed))
+    idle = (*inboxes, tenant_feed, agent_feed)  # through keepalives and checks
+    testbed.wait_until(lambda: all(s.comments >= 2 for s in idle), timeout=10, what="keepalives")
     for stream in (*inboxes, tenant_feed, agent_feed, since, followed, watched):
         stream.close()
     testbed.wait_until(lambda: server.open_streams() == 0, timeout=10, what="the streams to end")
