@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -248,6 +249,24 @@ def test_the_micro_benchmark_runs_to_its_table(micro_env):
     )
     assert any(line.startswith("send, per message") for line in table), table
     assert any(line.startswith("poll+ack, per message") for line in table), table
+
+
+def test_the_micro_benchmark_measures_the_embedded_default_on_sqlite(tmp_path):
+    """With a SQLite DATABASE_URL the database works in the measuring thread: the table has
+    the whole cost in the web column, and the sends land in that file."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HIKYAKU_", "REDIS_"))}
+    database = tmp_path / "micro.sqlite3"
+    env["DATABASE_URL"] = f"sqlite:///{database}"
+    env["HIKYAKU_RATE_LIMIT_PER_MINUTE"] = env["HIKYAKU_TENANT_RATE_LIMIT_PER_MINUTE"] = "5"
+    table = _micro(env, "--sends", "40", "--broadcasts", "2", "--agents", "3", "--rounds", "1")
+    rows = {line.split(",")[0]: line.split()[-3:] for line in table if ", per " in line}
+    assert set(rows) == {"send", "poll+ack", "broadcast"}, table
+    for web, db, total in rows.values():
+        assert float(web) > 0 and float(db) == 0 and total == web, table
+    with sqlite3.connect(database) as db:
+        (tasks,) = db.execute("SELECT count(*) FROM messaging_task").fetchone()
+    # The 40 sends, and each broadcast's own task and its deliveries to the two others.
+    assert tasks == 40 + 2 * (1 + 2), tasks
 
 
 def test_the_group_commit_replay_writes_every_send_it_measures(micro_env):
