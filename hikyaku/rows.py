@@ -115,16 +115,40 @@ def _insert_sql(model: type[Model], with_pk: bool) -> tuple[str, tuple]:
 
 def insert(obj: M) -> M:
     """INSERT one unsaved instance; an auto primary key is read back with RETURNING."""
-    with_pk = not isinstance(obj._meta.pk, AutoField | BigAutoField)
-    sql, fields = _insert_sql(type(obj), with_pk)
-    params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        if not with_pk:
-            obj.pk = cursor.fetchone()[0]
-    obj._state.adding = False
-    obj._state.db = connection.alias
-    return obj
+    return Insert(obj).run()
+
+
+def save_params(obj: Model, fields: Any) -> list[Any]:
+    """The values of `fields` of `obj` as the database takes them (`get_db_prep_save`), the
+    connection looked up once rather than once per value (every `connection.x` is a lookup
+    of this thread's connection)."""
+    db = connections[DEFAULT_DB_ALIAS]
+    return [f.get_db_prep_save(getattr(obj, f.attname), db) for f in fields]
+
+
+class Insert:
+    """One unsaved instance's INSERT with its values adapted now, to run later (`run`). A
+    write transaction adapts its rows before it begins: on SQLite it holds the database's
+    only write lock, and adapting values field by field is a good part of what a send does
+    (docs/ARCHITECTURE.md, "SQLite writers"). The instance must not change in between."""
+
+    __slots__ = ("obj", "sql", "params", "with_pk")
+
+    def __init__(self, obj: Model) -> None:
+        self.obj = obj
+        self.with_pk = not isinstance(obj._meta.pk, AutoField | BigAutoField)
+        self.sql, fields = _insert_sql(type(obj), self.with_pk)
+        self.params = save_params(obj, fields)
+
+    def run(self) -> Any:
+        obj = self.obj
+        with connection.cursor() as cursor:
+            cursor.execute(self.sql, self.params)
+            if not self.with_pk:
+                obj.pk = cursor.fetchone()[0]
+        obj._state.adding = False
+        obj._state.db = DEFAULT_DB_ALIAS
+        return obj
 
 
 def insert_select(obj: Model, *, source: str) -> tuple[str, list[Any]]:
@@ -136,7 +160,7 @@ def insert_select(obj: Model, *, source: str) -> tuple[str, list[Any]]:
     quote = connection.ops.quote_name
     columns = ", ".join(quote(f.column) for f in fields)
     values = ", ".join(["%s"] * len(fields))
-    params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields]
+    params = save_params(obj, fields)
     return (
         f"INSERT INTO {quote(obj._meta.db_table)} ({columns}) SELECT {values} FROM {source}",
         params,

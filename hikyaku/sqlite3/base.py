@@ -14,6 +14,7 @@ goes ahead anyway, so no thread ever waits on it for good.
 
 from __future__ import annotations
 
+import functools
 import threading
 
 from django.db.backends.sqlite3 import base
@@ -24,8 +25,27 @@ WRITERS = threading.Lock()
 WRITERS_TIMEOUT = 30.0
 
 
+@functools.lru_cache(maxsize=512)
+def _qmark(query: str) -> str:
+    """Django's conversion of a statement's "format" placeholders (%s) to SQLite's "qmark"
+    ones (?), kept per text: a regular expression over the whole text, run for every statement
+    inside the write transaction otherwise. The texts a process runs are few (values are
+    always parameters); past the bound they are converted again, never wrongly."""
+    return base.SQLiteCursorWrapper.convert_query(None, query)
+
+
+class CursorWrapper(base.SQLiteCursorWrapper):
+    def convert_query(self, query, *, param_names=None):
+        if param_names is None:
+            return _qmark(query)
+        return super().convert_query(query, param_names=param_names)
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     _holds_writers = False
+
+    def create_cursor(self, name=None):
+        return self.connection.cursor(factory=CursorWrapper)
 
     def _start_transaction_under_autocommit(self) -> None:
         self._holds_writers = WRITERS.acquire(timeout=WRITERS_TIMEOUT)

@@ -29,20 +29,22 @@ class PortableStore:
             policy.DELIVER, sender=sender, recipient=policy.Row("d"), sensitivity=task.sensitivity
         )
         reach, params = checked(reach, params, check)
+        recipient = [
+            rows.prep(Agent, "id", task.recipient_id),
+            rows.prep(Agent, "tenant", task.tenant_id),
+            Agent.Status.ACTIVE.value,
+            *params,
+        ]
+        # Everything but the statements is prepared before the write transaction begins.
+        task_row, event_row = rows.Insert(task), rows.Insert(event)
         with transaction.atomic():
             found = _recipients(
-                f"d.id = %s AND d.tenant_id = %s AND d.status = %s AND {reach}",
-                [
-                    rows.prep(Agent, "id", task.recipient_id),
-                    rows.prep(Agent, "tenant", task.tenant_id),
-                    Agent.Status.ACTIVE.value,
-                    *params,
-                ],
+                f"d.id = %s AND d.tenant_id = %s AND d.status = %s AND {reach}", recipient
             )
             if not found:
                 return False
-            rows.insert(task)
-            rows.insert(event)
+            task_row.run()
+            event_row.run()
             _deliver_new_tasks(task.tenant_id, [(event, found[0])])
         return True
 
@@ -95,6 +97,17 @@ class PortableStore:
         fields = [Task._meta.get_field(name) for name in CHANGED]
         assignments = ", ".join(f"{f.column} = %s" for f in fields)
         condition, condition_params = checked("TRUE", [], check)
+        # Everything but the statements is prepared before the write transaction begins.
+        params = [
+            *rows.save_params(task, fields),
+            rows.prep(Task, "id", task.pk),
+            expected.state,
+            expected.awaiting,
+            rows.prep(Task, "updated_at", expected.updated_at),
+            expected.push_configured,
+            *condition_params,
+        ]
+        event_row = rows.Insert(event)
         with transaction.atomic():
             _lock_agents(party_ids(task))
             with connection.cursor() as cursor:
@@ -102,19 +115,11 @@ class PortableStore:
                     f"UPDATE messaging_task SET {assignments} WHERE id = %s AND state = %s"
                     " AND awaiting = %s AND updated_at = %s AND push_configured = %s"
                     f" AND {condition}",
-                    [
-                        *[f.get_db_prep_save(getattr(task, f.attname), connection) for f in fields],
-                        rows.prep(Task, "id", task.pk),
-                        expected.state,
-                        expected.awaiting,
-                        rows.prep(Task, "updated_at", expected.updated_at),
-                        expected.push_configured,
-                        *condition_params,
-                    ],
+                    params,
                 )
                 if cursor.rowcount != 1:
                     return False
-            rows.insert(event)
+            event_row.run()
             owed = fanout.for_event(
                 task, event.kind, event="ev", source=f"(SELECT {int(event.pk)} AS id) ev"
             )

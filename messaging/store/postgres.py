@@ -282,7 +282,7 @@ class PostgresStore:
         )
         params = [
             *ids,
-            *[f.get_db_prep_save(getattr(task, f.attname), connection) for f in fields],
+            *rows.save_params(task, fields),
             task.pk,
             expected.state,
             expected.awaiting,

@@ -6,11 +6,12 @@ import uuid
 
 import pytest
 from django.db import connection, connections, transaction
+from django.db.models import Field
 
 from hikyaku.sqlite3.base import WRITERS
 from messaging.models import Task
 from messaging.parties import Sender
-from messaging.services import send_message
+from messaging.services import act_on_task, send_message
 from tests import factories
 from tests.backends import sqlite_suite_only
 
@@ -76,3 +77,43 @@ def test_the_lock_is_given_back_however_a_transaction_ends(tenant):
     transaction.set_autocommit(False)
     connection.close()  # a connection closed inside its transaction
     assert not WRITERS.locked()
+
+
+def test_a_send_and_an_ack_adapt_their_rows_before_taking_the_write_lock(tenant, monkeypatch):
+    """A transaction holds the database's only write lock: a send's and an ack's row values
+    are adapted for the database (Django's `get_db_prep_save`, field by field) before it
+    begins, so the lock is held for the statements alone."""
+    alice, bob = factories.agent(tenant, name="alice"), factories.agent(tenant, name="bob")
+    adapted: list[bool] = []  # for each value adapted: whether the write lock was held
+    original = Field.get_db_prep_save
+
+    def observed(field, value, connection):
+        adapted.append(WRITERS.locked())
+        return original(field, value, connection)
+
+    monkeypatch.setattr(Field, "get_db_prep_save", observed)
+    task = send_message(
+        sender=Sender(tenant=tenant, agent=alice.model),
+        message={
+            "messageId": f"prep-{uuid.uuid4().hex[:6]}",
+            "role": "ROLE_USER",
+            "parts": [{"text": "hello"}],
+            "metadata": {"destination": bob.id},
+        },
+    )
+    sent = len(adapted)
+    act_on_task(
+        sender=Sender(tenant=tenant, agent=bob.model),
+        task_id=str(task.id),
+        action="accept",
+        message={
+            "messageId": f"ack-{uuid.uuid4().hex[:6]}",
+            "role": "ROLE_USER",
+            "parts": [{"text": "on it"}],
+        },
+    )
+    # Both wrote rows (a task and its event; the task's changes and an event), every value
+    # adapted with the lock free.
+    assert sent > 20 and len(adapted) > sent + 10
+    assert not any(adapted)
+    assert Task.objects.get(pk=task.pk).state == "working"
