@@ -129,8 +129,9 @@ def save_params(obj: Model, fields: Any) -> list[Any]:
 class Insert:
     """One unsaved instance's INSERT with its values adapted now, to run later (`run`). A
     write transaction adapts its rows before it begins: on SQLite it holds the database's
-    only write lock, and adapting values field by field is a good part of what a send does
-    (docs/ARCHITECTURE.md, "SQLite writers"). The instance must not change in between."""
+    only write lock, and adapting values field by field was about a sixth of a send's time
+    under it (docs/ARCHITECTURE.md, "SQLite writers"). The instance must not change in
+    between."""
 
     __slots__ = ("obj", "sql", "params", "with_pk")
 

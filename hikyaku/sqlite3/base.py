@@ -10,6 +10,9 @@ then runs `BEGIN IMMEDIATE`. Other processes (a management command, a second ser
 meet the busy handler, which stays the backstop: the lock orders this process's writers and
 nothing relies on it for correctness. A waiter that has not had it after `WRITERS_TIMEOUT`
 goes ahead anyway, so no thread ever waits on it for good.
+
+Statements' placeholders are converted to SQLite's once per statement text (`_qmark`), not
+on every run, since every statement of a write transaction runs with that lock held.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ def _qmark(query: str) -> str:
     """Django's conversion of a statement's "format" placeholders (%s) to SQLite's "qmark"
     ones (?), kept per text: a regular expression over the whole text, run for every statement
     inside the write transaction otherwise. The texts a process runs are few (values are
-    always parameters); past the bound they are converted again, never wrongly."""
+    always parameters); past the bound they are converted again, never wrongly. Django's own
+    conversion, which uses nothing of its cursor for this style."""
     return base.SQLiteCursorWrapper.convert_query(None, query)
 
 

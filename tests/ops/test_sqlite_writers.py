@@ -9,6 +9,7 @@ from django.db import connection, connections, transaction
 from django.db.models import Field
 
 from hikyaku.sqlite3.base import WRITERS
+from messaging import lifecycle
 from messaging.models import Task
 from messaging.parties import Sender
 from messaging.services import act_on_task, send_message
@@ -105,7 +106,7 @@ def test_a_send_and_an_ack_adapt_their_rows_before_taking_the_write_lock(tenant,
     act_on_task(
         sender=Sender(tenant=tenant, agent=bob.model),
         task_id=str(task.id),
-        action="accept",
+        action=lifecycle.DEFAULT_ACTION,  # the recipient's ack
         message={
             "messageId": f"ack-{uuid.uuid4().hex[:6]}",
             "role": "ROLE_USER",
@@ -116,4 +117,4 @@ def test_a_send_and_an_ack_adapt_their_rows_before_taking_the_write_lock(tenant,
     # adapted with the lock free.
     assert sent > 20 and len(adapted) > sent + 10
     assert not any(adapted)
-    assert Task.objects.get(pk=task.pk).state == "working"
+    assert Task.objects.get(pk=task.pk).state == "completed"
