@@ -146,11 +146,13 @@ def main() -> None:
     # On SQLite the database's work is done in this thread: its CPU is in the web figure.
     backend = connection.connection.info.backend_pid if connection.vendor == "postgresql" else None
 
+    def backend_cpu_ms() -> float:
+        return _backend_cpu_ms(backend) if backend else 0.0
+
     def measured(work) -> tuple[float, float, int]:
-        web0, pg0 = time.thread_time() * 1000, _backend_cpu_ms(backend) if backend else 0.0
+        web0, pg0 = time.thread_time() * 1000, backend_cpu_ms()
         ops = work()
-        web = time.thread_time() * 1000 - web0
-        pg = _backend_cpu_ms(backend) - pg0 if backend else 0.0
+        web, pg = time.thread_time() * 1000 - web0, backend_cpu_ms() - pg0
         return web / ops, pg / ops, ops
 
     def sends() -> int:
