@@ -22,6 +22,9 @@ from time import perf_counter
 
 from django.conf import settings
 from django.core import signals
+from django.core.cache import close_caches
+from django.core.handlers.base import reset_urlconf
+from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections, reset_queries
 
 from messaging.a2a import endpoint
 
@@ -71,15 +74,15 @@ def answer(
     signal: bool = True,
 ) -> tuple[int, list[tuple[str, str]], bytes]:
     """The answer to a request `applies` accepted — status, headers, body. `address` is the client's
-    (hikyaku.client_address). `signal` sends Django's request_started/finished around it, as
-    Django's handler does (they apply CONN_MAX_AGE); a caller that keeps its threads'
-    connections itself passes False."""
+    (hikyaku.client_address). `signal` does around it what Django's handler does with its
+    request_started/finished signals (they apply CONN_MAX_AGE); a caller that keeps its
+    threads' connections itself passes False."""
     started = perf_counter()
     request_id = request_log.request_id_of(header("X-Request-Id"))
     token = request_id_var.set(request_id)
     address_token = client_address.current.set(address)
     if signal:
-        signals.request_started.send(sender=__name__)
+        _request_started()
     try:
         try:
             reply = endpoint.broker(header=header, body=body)
@@ -107,7 +110,45 @@ def answer(
         request_id_var.reset(token)
         client_address.current.reset(address_token)
         if signal:
-            signals.request_finished.send(sender=__name__)
+            _request_finished()
+
+
+# Django's own receivers of the request signals (django.db, django.core.cache and
+# django.core.handlers.base), by the id Django files a plain function's receiver under.
+_DJANGOS = {
+    signals.request_started: frozenset(map(id, (reset_queries, close_old_connections))),
+    signals.request_finished: frozenset(
+        map(id, (close_old_connections, close_caches, reset_urlconf))
+    ),
+}
+
+
+def _only_djangos(signal: signals.Signal) -> bool:
+    return all(lookup[0] in _DJANGOS[signal] for lookup, *_ in signal.receivers)
+
+
+def _request_started() -> None:
+    """What Django's request_started receivers do, for a request answered here; the signal
+    itself once a receiver of anyone else's listens. Dispatching the two signals costs about
+    six times as much (docs/MEASUREMENTS.md, "Where a send's CPU goes"): Django's receivers
+    walk every database connection and cache of the thread through asgiref's locals, where
+    a request answered here uses the default database's connection only, and no cache or
+    urlconf of its own. Django's handler still sends both for the requests it answers."""
+    if not _only_djangos(signals.request_started):
+        signals.request_started.send(sender=__name__)
+        return
+    db = connections[DEFAULT_DB_ALIAS]
+    db.queries_log.clear()
+    db.close_if_unusable_or_obsolete()
+
+
+def _request_finished() -> None:
+    """What Django's request_finished receivers do for a request answered here (above): the
+    connection past CONN_MAX_AGE, or left unusable by an error, is closed."""
+    if not _only_djangos(signals.request_finished):
+        signals.request_finished.send(sender=__name__)
+        return
+    connections[DEFAULT_DB_ALIAS].close_if_unusable_or_obsolete()
 
 
 def status_line(status: int) -> str:

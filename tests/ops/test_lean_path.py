@@ -175,3 +175,72 @@ def test_what_the_hot_path_leaves_to_django_still_works(pair, settings):
         {"Authorization": f"Bearer {alice.token}", "A2A-Version": "1.0"},
     )
     assert status == 200 and json.loads(body)["result"]["task"]["id"]
+
+
+@pytest.fixture
+def max_age():
+    """Sets the test connection's CONN_MAX_AGE, which applies from its next connect."""
+    from django.db import connection
+
+    saved = connection.settings_dict["CONN_MAX_AGE"]
+
+    def reconnect_with(seconds: int) -> None:
+        connection.close()
+        connection.settings_dict["CONN_MAX_AGE"] = seconds
+        connection.ensure_connection()
+
+    yield reconnect_with
+    connection.close()
+    connection.settings_dict["CONN_MAX_AGE"] = saved
+
+
+def test_the_hot_path_keeps_or_closes_its_connection_by_conn_max_age(pair, max_age):
+    """As Django's handler does between requests: a request made within CONN_MAX_AGE reuses
+    the connection; with CONN_MAX_AGE=0 the connection is closed when the request ends."""
+    from django.db import connection
+
+    from hikyaku.wsgi import application
+
+    _, bob = pair
+    headers = {"Authorization": f"Bearer {bob.token}", "A2A-Version": "1.0"}
+    body = _rpc("ListTasks", {"status": "unread"})
+    max_age(600)
+    kept = connection.connection
+    for _ in range(2):
+        assert _call(application, "/a2a/", body, headers)[0] == 200
+        assert connection.connection is kept
+    max_age(0)
+    assert _call(application, "/a2a/", body, headers)[0] == 200
+    assert connection.connection is None
+
+
+def test_a_receiver_of_the_request_signals_hears_every_hot_path_request(pair):
+    """The hot path does what Django's own receivers of request_started and request_finished
+    do without dispatching the signals (hikyaku/lean.py); any other receiver still hears
+    each request begin and end, in that order."""
+    from django.core import signals
+
+    from hikyaku.wsgi import application
+
+    _, bob = pair
+    heard = []
+
+    def started(sender, **kwargs):
+        heard.append("started")
+
+    def finished(sender, **kwargs):
+        heard.append("finished")
+
+    headers = {"Authorization": f"Bearer {bob.token}", "A2A-Version": "1.0"}
+    body = _rpc("ListTasks", {"status": "unread"})
+    signals.request_started.connect(started)
+    signals.request_finished.connect(finished)
+    try:
+        for _ in range(2):
+            assert _call(application, "/a2a/", body, headers)[0] == 200
+    finally:
+        signals.request_started.disconnect(started)
+        signals.request_finished.disconnect(finished)
+    assert heard == ["started", "finished"] * 2
+    assert _call(application, "/a2a/", body, headers)[0] == 200
+    assert heard == ["started", "finished"] * 2
