@@ -159,7 +159,7 @@ def deliver_unicast(
             message_id=message_id if idempotent else None,
             content_hash=digest,
         )
-        event = _event_row(task, sender, EventKind.CREATED, "", {"messageId": message_id})
+        event = event_row(task, sender, EventKind.CREATED, "", {"messageId": message_id})
         if not store.current().insert_unicast(task, event, sender=sender.agent, check=sender.check):
             if sender.check is not None:
                 raise Unverified  # the recalled identity, not the destination, may be wrong
@@ -252,8 +252,8 @@ def deliver_broadcast(*, sender: Sender, message: dict[str, Any]) -> Task:
     broadcast = Broadcast(
         summary=summary,
         delivery=delivery,
-        summary_event=_event_row(summary, sender, EventKind.CREATED, "", {"messageId": message_id}),
-        delivery_event=_event_row(delivery, sender, EventKind.CREATED, "", {}),
+        summary_event=event_row(summary, sender, EventKind.CREATED, "", {"messageId": message_id}),
+        delivery_event=event_row(delivery, sender, EventKind.CREATED, "", {}),
     )
     try:
         result = store.current().insert_broadcast(
@@ -342,7 +342,7 @@ def _transition(
         )
         for column in lifecycle.Change.COLUMNS:
             setattr(task, column, getattr(change, column))
-        event = _event_row(task, sender, transition.action, change.from_state, change.payload)
+        event = event_row(task, sender, transition.action, change.from_state, change.payload)
         if writer.compare_and_set(task, expected, event, check=sender.check):
             metrics.events_written(1)
             events.ring_after_commit(
@@ -399,8 +399,9 @@ def _already_applied(task: Task, sender: Sender, message: dict[str, Any]) -> boo
     )
 
 
-def _event_row(task: Task, sender: Sender, kind: str, from_state: str, payload: dict) -> TaskEvent:
-    """The event of `kind` that leaves `task` as it now is."""
+def event_row(task: Task, sender: Sender, kind: str, from_state: str, payload: dict) -> TaskEvent:
+    """The event of `kind` that leaves `task` as it now is: the one definition of an event row,
+    which every write of the lifecycle appends (docs/ARCHITECTURE.md, "One write path")."""
     return rows.new(
         TaskEvent,
         tenant_id=task.tenant_id,

@@ -409,17 +409,8 @@ def test_a_compare_and_set_decided_on_a_stale_read_writes_nothing(writer, pair):
     )
     for column in lifecycle.Change.COLUMNS:
         setattr(stale, column, getattr(change, column))
-    event = TaskEvent(
-        tenant_id=stale.tenant_id,
-        task=stale,
-        sender_agent_id=stale.sender_id,
-        recipient_agent_id=stale.recipient_id,
-        actor=pair.bob,
-        kind="comment",
-        from_state=change.from_state,
-        to_state=stale.state,
-        payload={},
-        created_at=stale.updated_at,
+    event = services.event_row(
+        stale, pair.sender("recipient"), "comment", change.from_state, change.payload
     )
     assert store.current().compare_and_set(stale, expected, event) is False
     texts = [entry["parts"][0]["text"] for entry in Task.objects.get(pk=task.id).history]
