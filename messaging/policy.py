@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection
@@ -202,14 +203,49 @@ class Column:
     name: str
 
 
+@dataclass(frozen=True)
+class _Known:
+    """What the rules read of an agent known in Python, as a key of `_rendered`."""
+
+    id: str
+    disclosure_ceiling: str
+    send_to: tuple[str, ...] | None
+    receive_from: tuple[str, ...] | None
+
+
+def _known(party: Any) -> Any:
+    if not isinstance(party, Agent):
+        return party
+    return _Known(
+        str(party.id),
+        party.disclosure_ceiling,
+        None if party.send_to is None else tuple(party.send_to),
+        None if party.receive_from is None else tuple(party.receive_from),
+    )
+
+
 def sql(
     rule, *, sender: Any, recipient: Any, sensitivity: str | Column, reader: Any = None
 ) -> tuple[str, list]:
     """`rule` as a condition for this connection's database (Postgres or SQLite): each party
     is a `Row` of the statement or known (an Agent, or None as in `holds`); the sensitivity
-    is the message's, or a `Column`. Returns ("TRUE"/"FALSE" or a condition, params)."""
+    is the message's, or a `Column`. Returns ("TRUE"/"FALSE" or a condition, params).
+
+    A rendering is kept by everything it reads — the rule, the rows, the known agents' ids,
+    ceilings and allow-lists, the sensitivity, the database — so an agent whose policy
+    changed is rendered anew, and the same text comes back for the same inputs."""
+    text, params = _rendered(
+        rule, _known(sender), _known(recipient), sensitivity, _known(reader), connection.vendor
+    )
+    return text, list(params)
+
+
+@lru_cache(maxsize=4096)
+def _rendered(
+    rule, sender: Any, recipient: Any, sensitivity: str | Column, reader: Any, vendor: str
+) -> tuple[str, tuple]:
     parties = {SENDER: sender, RECIPIENT: recipient, READER: reader}
-    postgres = connection.vendor == "postgresql"
+    postgres = vendor == "postgresql"
 
     def leaf(term):
         if isinstance(term, Admits):
@@ -263,7 +299,8 @@ def sql(
             return sender is not None and recipient is not None and _id(sender) == _id(recipient)
         raise TypeError(term)
 
-    return _to_sql(_fold(rule, leaf))
+    text, params = _to_sql(_fold(rule, leaf))
+    return text, tuple(params)
 
 
 def _absent(party: Any):

@@ -300,3 +300,42 @@ def test_a_disabled_agent_cannot_authenticate_receive_or_be_listed(client, api_k
     assert identity_is_current(token_identity)
     assert [t["id"] for t in inbox(bob)["tasks"]] == [task["id"]]
     assert act(bob, task["id"], "ack")["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+def test_a_kept_rendering_follows_every_change_to_an_agents_policy(trio):
+    """Renderings of a rule are kept (messaging/policy.py, `sql`). Changing an agent's
+    allow-lists or its ceiling, even on the same instance, must change its rendering to
+    what rendering it afresh gives."""
+    from messaging import policy
+
+    alice, bob, carol = (agent.model for agent in trio)
+
+    def rendered():
+        return (
+            policy.sql(
+                policy.DELIVER, sender=alice, recipient=policy.Row("d"), sensitivity="internal"
+            ),
+            policy.sql(
+                policy.READ,
+                sender=policy.Row("s", "m.sender_agent_id"),
+                recipient=alice,
+                reader=alice,
+                sensitivity=policy.Column("m.sensitivity"),
+            ),
+        )
+
+    def afresh():
+        policy._rendered.cache_clear()
+        return rendered()
+
+    before = rendered()
+    for field, value in [
+        ("send_to", [str(bob.id)]),
+        ("receive_from", [str(carol.id)]),
+        ("disclosure_ceiling", "public-safe"),
+    ]:
+        setattr(alice, field, value)
+        kept = rendered()
+        assert kept != before, field
+        assert kept == afresh(), field
+        before = kept
