@@ -23,6 +23,7 @@ from . import selectors, services
 from .auth import AgentIdentity, authenticate_agent, authenticate_key
 from .cards import agent_card
 from .models import Agent
+from .wire import agent_out
 
 AGENT_AUTH_PARAMS = [
     OpenApiParameter(
@@ -236,7 +237,7 @@ class AgentListView(APIView):
         agents, next_cursor = selectors.list_active_agents(
             tenant=identity.tenant, **params.validated_data
         )
-        return Response({"agents": AgentOut(agents, many=True).data, "next_cursor": next_cursor})
+        return Response({"agents": [agent_out(a) for a in agents], "next_cursor": next_cursor})
 
 
 class AgentDetailView(APIView):

@@ -280,6 +280,41 @@ def test_list_query_count_is_constant_as_agents_grow(agent_client, tenant):
     assert few <= 2
 
 
+def test_an_agent_is_written_as_its_openapi_description_says(tenant):
+    """The registry's reads write agents with `agents.wire.agent_out`; the OpenAPI document
+    describes them with the serializer `AgentOut`. Both must say the same, field by field."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agents.api import AgentOut
+    from agents.wire import agent_out
+
+    seen = factories.agent(tenant, name="Zoë ✓", description="", skills=[{"id": "é", "n": [1]}])
+    Agent.objects.filter(pk=seen.id).update(last_seen_at=timezone.now() - timedelta(days=3))
+    never = factories.agent(tenant, name="never-seen")
+    for model in Agent.objects.filter(pk__in=[seen.id, never.id]):
+        assert agent_out(model) == AgentOut(model).data
+    assert set(agent_out(model)) == set(AgentOut().fields)
+
+
+@pytest.mark.parametrize("q", ["a", "A", "%", "_", "\\", "50%_off", "ZOË", "o\\%", "-"])
+def test_the_name_search_matches_what_the_orm_matches(tenant, q):
+    """The list's one statement searches names as the ORM's `name__icontains` does on this
+    database, `%`, `_` and backslashes taken literally."""
+    from agents.selectors import list_active_agents
+
+    for name in ["alpha", "ALPHA_2", "50%_off", "50x-off", "zoë", "back\\slash", "o\\%x", "plain"]:
+        factories.agent(tenant, name=name)
+    expected = list(
+        Agent.objects.filter(tenant=tenant, status="active", name__icontains=q)
+        .order_by("name", "id")
+        .values_list("name", flat=True)
+    )
+    page, _ = list_active_agents(tenant=tenant, q=q, limit=100)
+    assert [a.name for a in page] == expected
+
+
 # Detail, update, delete, token ------------------------------------------------------------
 
 
