@@ -18,8 +18,8 @@ streaming response: docs/MEASUREMENTS.md); everything else goes to Django's ASGI
                                                 → the blocking send, waiting on the hub
                                                   (messaging/stream/answers.py), likewise
 - `/mcp`                                        → MCP over Streamable HTTP (messaging/mcp_http.py)
-- any other `POST /` and `POST /a2a/`           → the agents' hot path (hikyaku/lean.py) on a
-                                                  small pool of threads that keep their
+- any other `POST /` and `POST /a2a/`, and      → the agents' hot path (hikyaku/lean.py) on a
+  `GET /api/v1/agents`                            small pool of threads that keep their
                                                   database connections (HIKYAKU_API_THREADS)
 
 The lifespan protocol starts and stops the per-process stream hub and the MCP session
@@ -122,25 +122,29 @@ def _pool() -> ThreadPoolExecutor:
     return _api_pool
 
 
-def _answer_in_thread(path: str, headers: dict[str, str], body: bytes, address: str):
+def _answer_in_thread(scope, headers: dict[str, str], body: bytes, address: str):
     ready_connection()
     return lean.answer(
-        path=path,
+        path=scope["path"],
         header=lambda name: headers.get(name.lower()),
         body=body,
         address=address,
+        method=scope["method"],
+        query=scope.get("query_string", b"").decode("latin-1"),
         signal=False,
     )
 
 
-async def _lean(scope, body: bytes, send) -> None:
+def _headers(scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+async def _lean(scope, body: bytes, send, headers: dict[str, str] | None = None) -> None:
     """Answer a hot-path request (hikyaku/lean.py)."""
-    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    headers = headers if headers is not None else _headers(scope)
     loop = asyncio.get_running_loop()
     address = client_address.current.get() or client_address.from_scope(scope)
-    served = await loop.run_in_executor(
-        _pool(), _answer_in_thread, scope["path"], headers, body, address
-    )
+    served = await loop.run_in_executor(_pool(), _answer_in_thread, scope, headers, body, address)
     status, response_headers, out = served
     await send(
         {
@@ -223,6 +227,15 @@ async def application(scope, receive, send):
                 )
                 return
             receive = _replay(messages, receive)
+        elif method == "GET" and (method, path) in lean.ROUTES:
+            headers = _headers(scope)
+            length = headers.get("content-length")
+            declared = int(length) if length and length.isdigit() else None
+            if "transfer-encoding" not in headers and lean.applies(
+                method, path, declared, headers.get("host")
+            ):
+                await _lean(scope, b"", send, headers)
+                return
     await django_application(scope, receive, send)
 
 

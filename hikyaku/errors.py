@@ -175,6 +175,17 @@ def _validation_details(detail: Any) -> dict[str, Any]:
 
 def rest_exception_handler(exc: Exception, context: dict) -> Response | None:
     """DRF exception handler: every error leaves in the envelope of docs/PROTOCOL.md §3."""
+    error = rest_error(exc)
+    if error is None:
+        return None
+    response = Response(error.envelope(), status=error.status)
+    decorate(response, error)
+    return response
+
+
+def rest_error(exc: Exception) -> HikyakuError | None:
+    """What a REST call answers for `exc` (None: an error of ours, a 500) — for the DRF views
+    (`rest_exception_handler`) and the registry reads answered in front of them."""
     from django.db import DatabaseError, DataError
     from django.http import Http404
 
@@ -209,6 +220,4 @@ def rest_exception_handler(exc: Exception, context: dict) -> Response | None:
         error = ServiceUnavailable()
     else:
         return None
-    response = Response(error.envelope(), status=error.status)
-    decorate(response, error)
-    return response
+    return error

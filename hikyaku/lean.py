@@ -2,14 +2,17 @@
 hot path").
 
 `POST /` and `POST /a2a/` — SendMessage, ListTasks, GetTask, the lifecycle follow-ups,
-CancelTask — are most of the broker's traffic. Under Django's handler each paid for the URL
-resolver, the middleware chain and the request and response objects of a browser framework.
-Here the WSGI application (hikyaku/wsgi.py) and the ASGI dispatcher (hikyaku/asgi.py) give the
-body and headers straight to messaging.a2a.endpoint and write its answer with what the API
-middleware chain would have added: the security headers, `X-Request-Id`, the request log line
-and the request metrics (hikyaku/request_log.py). Django still answers what this does not:
-other methods and paths, bodies without a Content-Length or over the limit, and settings this
-does not reproduce (HTTPS redirects, HSTS).
+CancelTask — are most of the broker's traffic, and `GET /api/v1/agents` is the registry read
+agents make to find each other. Under Django's handler each paid for the URL resolver, the
+middleware chain and the request and response objects of a browser framework (and the list,
+for DRF's too). Here the WSGI application (hikyaku/wsgi.py) and the ASGI dispatcher
+(hikyaku/asgi.py) give the headers, body and query string straight to
+messaging.a2a.endpoint or agents.reads and write the answer with what Django's middleware
+would have added: the security headers, `X-Request-Id`, the request log line and the request
+metrics (hikyaku/request_log.py). Django still answers what this does not: other methods and
+paths, bodies without a Content-Length or over the limit (for a GET, any body), a Host it
+would refuse, and settings this does not reproduce (HTTPS redirects, HSTS, forwarded hosts,
+refused user agents, PREPEND_WWW).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from django.core import signals
 from django.core.cache import close_caches
 from django.core.handlers.base import reset_urlconf
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections, reset_queries
+from django.http.request import split_domain_port, validate_host
 
+from agents import reads
 from messaging.a2a import endpoint
 
 from . import client_address, error_pages, middleware, request_log
@@ -33,20 +38,49 @@ from .logging import request_id_var
 
 log = logging.getLogger("django.request")
 
-# The broker's endpoint, by path, with the route name Django's resolver gives it.
-ROUTES = {"/": "a2a-root", "/a2a/": "a2a"}
+Answerer = Callable[..., endpoint.Reply]  # (header=, body=, query=) -> the answer
 
 
-def applies(method: str, path: str, content_length: int | None) -> bool:
-    """Whether this request is answered here (else Django answers it)."""
-    return (
-        method == "POST"
-        and path in ROUTES
-        and content_length is not None
-        and content_length <= settings.HIKYAKU_MAX_BODY_BYTES
-        and not settings.SECURE_SSL_REDIRECT
-        and not settings.SECURE_HSTS_SECONDS
-    )
+def _broker(*, header: Callable[[str], str | None], body: bytes, query: str) -> endpoint.Reply:
+    return endpoint.broker(header=header, body=body)
+
+
+def _agents(*, header: Callable[[str], str | None], body: bytes, query: str) -> endpoint.Reply:
+    status, value, headers, fields = reads.list_agents(header=header, query=query)
+    return endpoint.reply(value, status, headers, fields)
+
+
+# What is answered here, by method and path, with the route name Django's resolver gives it.
+ROUTES: dict[tuple[str, str], tuple[str, Answerer]] = {
+    ("POST", "/"): ("a2a-root", _broker),
+    ("POST", "/a2a/"): ("a2a", _broker),
+    ("GET", "/api/v1/agents"): ("api-agents", _agents),
+}
+
+
+def applies(method: str, path: str, content_length: int | None, host: str | None = None) -> bool:
+    """Whether this request is answered here (else Django answers it). `host`, the Host
+    header, matters to a GET only: Django's full middleware stack, which answers GETs, checks
+    it; the POSTs answered here come from its API chain, which does not."""
+    if (method, path) not in ROUTES or settings.SECURE_SSL_REDIRECT or settings.SECURE_HSTS_SECONDS:
+        return False
+    if method == "GET":
+        return not content_length and _host_allowed(host)
+    return content_length is not None and content_length <= settings.HIKYAKU_MAX_BODY_BYTES
+
+
+def _host_allowed(host: str | None) -> bool:
+    """Whether Django's full stack would answer a request with this Host as it answers any
+    (`HttpRequest.get_host` and CommonMiddleware); anything else is left to it."""
+    if not host or settings.USE_X_FORWARDED_HOST or settings.PREPEND_WWW:
+        return False
+    if settings.DISALLOWED_USER_AGENTS:
+        return False
+    allowed = settings.ALLOWED_HOSTS
+    if settings.DEBUG and not allowed:
+        allowed = [".localhost", "127.0.0.1", "[::1]"]
+    domain, _ = split_domain_port(host)
+    return bool(domain) and validate_host(domain, allowed)
 
 
 @cache
@@ -71,6 +105,8 @@ def answer(
     header: Callable[[str], str | None],
     body: bytes,
     address: str,
+    method: str = "POST",
+    query: str = "",
     signal: bool = True,
 ) -> tuple[int, list[tuple[str, str]], bytes]:
     """The answer to a request `applies` accepted — status, headers, body. `address` is the client's
@@ -84,8 +120,9 @@ def answer(
     if signal:
         _request_started()
     try:
+        route, answerer = ROUTES[(method, path)]
         try:
-            reply = endpoint.broker(header=header, body=body)
+            reply = answerer(header=header, body=body, query=query)
         except Exception:
             log.exception("Internal Server Error: %s", path)
             reply = endpoint.reply(error_pages.machine_body(path, 500), 500)
@@ -98,8 +135,8 @@ def answer(
         ]
         request_log.record(
             request_id=request_id,
-            method="POST",
-            route=ROUTES[path],
+            method=method,
+            route=route,
             path=path,
             status=reply.status,
             seconds=perf_counter() - started,

@@ -1,7 +1,8 @@
 """WSGI entry point: the request/response server in production (see README, Topology).
 
 The broker's JSON-RPC calls (`POST /`, `POST /a2a/`) are most of the traffic: they are
-answered in front of Django's handler (hikyaku/lean.py). Other calls of agents — an agent's
+answered in front of Django's handler (hikyaku/lean.py), and so is the agent list
+(`GET /api/v1/agents`). Other calls of agents — an agent's
 own endpoint `POST /a2a/agents/<id>/`, and the broker's when lean.py leaves them to Django —
 are authenticated by bearer credentials on every request, so they skip the middleware that
 serves browsers — sessions, CSRF, messages, the auth user, allauth, APPEND_SLASH: a second
@@ -72,13 +73,15 @@ def _application():
         path = environ.get("PATH_INFO", "")
         method = environ.get("REQUEST_METHOD")
         length = _content_length(environ)
-        if lean.applies(method, path, length):
+        if lean.applies(method, path, length, environ.get("HTTP_HOST")):
             body = environ["wsgi.input"].read(length) if length else b""
             status, headers, out = lean.answer(
                 path=path,
                 header=_header_reader(environ),
                 body=body,
                 address=client_address.from_meta(environ),
+                method=method,
+                query=environ.get("QUERY_STRING", ""),
             )
             start_response(lean.status_line(status), headers)
             return [out]

@@ -1,10 +1,11 @@
-"""The agents' hot path (hikyaku/lean.py) answers exactly what Django's API chain answers.
+"""The agents' hot path (hikyaku/lean.py) answers exactly what Django answers.
 
-`POST /` and `POST /a2a/` are served in front of Django's handler by the WSGI application and
-the ASGI dispatcher. Each request below is sent to the production WSGI application and, with
-the same environ, to the Django handler that served these calls before (hikyaku.wsgi's API
-middleware chain): the status, the body and every header but the per-request id must be the
-same, and the request log and metrics must see the call alike.
+`POST /`, `POST /a2a/` and `GET /api/v1/agents` are served in front of Django's handler by the
+WSGI application and the ASGI dispatcher. Each request below is sent to the production WSGI
+application and, with the same environ, to the Django handler that served it before
+(hikyaku.wsgi's API middleware chain for the JSON-RPC calls, the full stack and DRF for the
+list): the status, the body and every header but the per-request id must be the same, and
+the request log and metrics must see the call alike.
 """
 
 from __future__ import annotations
@@ -255,3 +256,114 @@ def test_a_receiver_of_the_request_signals_hears_every_hot_path_request(pair):
     assert direct()
     assert _call(application, "/a2a/", body, headers)[0] == 200
     assert heard == ["started", "finished"] * 2
+
+
+# The agent list (GET /api/v1/agents) -----------------------------------------------------
+
+
+def _get(app, path: str, query: str, headers: dict) -> tuple[int, dict, bytes]:
+    environ = _environ(path, b"", headers)
+    environ.update(REQUEST_METHOD="GET", QUERY_STRING=query, CONTENT_LENGTH="")
+    del environ["CONTENT_TYPE"]
+    captured = {}
+
+    def start_response(status, response_headers, exc_info=None):
+        captured["status"] = int(status.split()[0])
+        captured["headers"] = response_headers
+
+    out = b"".join(app(environ, start_response))
+    merged: dict[str, list[str]] = {}
+    for name, value in captured["headers"]:
+        merged.setdefault(name.lower(), []).append(value)
+    return captured["status"], merged, out
+
+
+def test_the_agent_list_answers_exactly_what_djangos_full_stack_answers(pair, tenant):
+    """Each call goes to the production WSGI application and to the handler that served the
+    list before, Django's full middleware stack and the DRF view: status, body and every header
+    but the request id must be the same."""
+    from django.core.signals import request_started
+    from django.core.wsgi import get_wsgi_application
+
+    from hikyaku.wsgi import application
+
+    alice, bob = pair
+    factories.agent(tenant, name="carol_%")
+    token = {"Authorization": f"Bearer {alice.token}"}
+    key = {"Authorization": f"Bearer {factories.api_key(tenant)}", "X-Agent-Id": bob.id}
+    site = get_wsgi_application()
+    for headers in (token, key):  # each identity's last_seen_at is written by its first call
+        assert _get(application, "/api/v1/agents", "", headers)[0] == 200
+    first_page = json.loads(_get(site, "/api/v1/agents", "limit=1", token)[2])
+    assert first_page["next_cursor"]
+    cases = [
+        ("", token),
+        ("limit=1", token),
+        (f"limit=1&cursor={first_page['next_cursor']}", token),
+        ("q=CAROL_%25", token),
+        ("q=%20bo%20&limit=2&unknown=1", token),
+        ("", key),
+        ("limit=abc", token),
+        ("limit=0&limit=501", token),
+        ("cursor=garbage", token),
+        ("", {"Authorization": "Bearer hka_wrong"}),
+        ("", {}),
+        ("", {**token, "Host": "elsewhere.example"}),
+    ]
+    senders = []
+
+    def heard(sender, **kwargs):
+        senders.append(sender)
+
+    for query, headers in cases:
+        request_started.connect(heard)
+        try:
+            lean = _get(application, "/api/v1/agents", query, headers)
+        finally:
+            request_started.disconnect(heard)
+        django = _get(site, "/api/v1/agents", query, headers)
+        assert (lean[0], lean[2]) == (django[0], django[2]), (query, headers)
+        for answer in (lean, django):
+            answer[1].pop("x-request-id")
+        assert lean[1] == django[1], (query, headers)
+    # Every call above but the one with a Host Django refuses was answered in front of Django.
+    assert senders[-1] != "hikyaku.lean"
+    assert senders[:-1] == ["hikyaku.lean"] * (len(cases) - 1)
+
+
+def test_the_agent_list_is_logged_and_counted_as_djangos_answer_would_be(pair, caplog):
+    from hikyaku import metrics
+    from hikyaku.wsgi import application
+
+    alice, _ = pair
+    counter = metrics.REQUESTS.labels(route="api-agents", method="GET", status="200")
+    before = counter._value.get()
+    with caplog.at_level(logging.INFO, logger="hikyaku.request"):
+        status, _, _ = _get(
+            application,
+            "/api/v1/agents",
+            "limit=5",
+            {"Authorization": f"Bearer {alice.token}", "X-Request-Id": "list-1"},
+        )
+    assert status == 200
+    (line,) = [r for r in caplog.records if r.name == "hikyaku.request"]
+    assert line.getMessage().startswith("GET /api/v1/agents 200")
+    assert (line.request_id, line.route) == ("list-1", "api-agents")
+    assert (str(line.tenant_id), str(line.agent_id)) == (str(alice.model.tenant_id), alice.id)
+    assert counter._value.get() == before + 1
+
+
+def test_the_embedded_server_answers_the_agent_list_as_django_does(broker, pair, settings):
+    """`make run`'s server (the ASGI dispatcher) answers the list on its hot-path threads: the
+    same status, body and `Allow` as Django's full stack and the DRF view."""
+    import httpx
+    from django.test import Client
+
+    alice, _ = pair
+    headers = {"Authorization": f"Bearer {alice.token}"}
+    assert httpx.get(f"{broker.url}/api/v1/agents", headers=headers, timeout=30).is_success
+    for query in ("?limit=1", "?limit=abc"):
+        live = httpx.get(f"{broker.url}/api/v1/agents{query}", headers=headers, timeout=30)
+        django = Client().get(f"/api/v1/agents{query}", headers=headers, HTTP_HOST="localhost")
+        assert (live.status_code, live.content) == (django.status_code, django.content)
+        assert live.headers["allow"] == django.headers["Allow"] == "GET, POST, HEAD, OPTIONS"
