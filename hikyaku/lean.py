@@ -28,9 +28,11 @@ from django.core import signals
 from django.core.cache import close_caches
 from django.core.handlers.base import reset_urlconf
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections, reset_queries
+from django.http import HttpRequest
 from django.http.request import split_domain_port, validate_host
 
 from agents import reads
+from agents.api import AgentListView
 from messaging.a2a import endpoint
 
 from . import client_address, error_pages, middleware, request_log
@@ -47,7 +49,16 @@ def _broker(*, header: Callable[[str], str | None], body: bytes, query: str) -> 
 
 def _agents(*, header: Callable[[str], str | None], body: bytes, query: str) -> endpoint.Reply:
     status, value, headers, fields = reads.list_agents(header=header, query=query)
-    return endpoint.reply(value, status, headers, fields)
+    return endpoint.reply(value, status, [*headers, _allow(AgentListView)], fields)
+
+
+@cache
+def _allow(view_class: type) -> tuple[str, str]:
+    """The `Allow` header DRF adds to a view's answers: its methods, HEAD included as Django's
+    `View.setup` adds it."""
+    view = view_class()
+    view.setup(HttpRequest())
+    return ("Allow", ", ".join(view.allowed_methods))
 
 
 # What is answered here, by method and path, with the route name Django's resolver gives it.
