@@ -24,6 +24,7 @@ from .auth import AgentIdentity, authenticate_agent, authenticate_key
 from .cards import agent_card
 from .models import Agent
 from .reads import ListParams
+from .wire import agent_detail_out, visible_webhook_url
 
 AGENT_AUTH_PARAMS = [
     OpenApiParameter(
@@ -138,9 +139,7 @@ class AgentDetailOut(AgentOut):
     agent_card = serializers.SerializerMethodField()
 
     def get_webhook_url(self, agent: Agent) -> str:
-        # A webhook URL often carries a secret of its own: only its agent sees it.
-        viewer = self.context.get("viewer")
-        return agent.webhook_url if viewer is not None and viewer.pk == agent.pk else ""
+        return visible_webhook_url(agent, self.context.get("viewer"))
 
     def get_agent_card(self, agent: Agent) -> dict:
         return agent_card(agent, self.context.get("request"))
@@ -229,8 +228,7 @@ class AgentDetailView(APIView):
     def get(self, request: Request, agent_id: str) -> Response:
         identity = agent_identity(request)
         agent = selectors.active_agent(tenant=identity.tenant, agent_id=agent_id)
-        context = {"request": request, "viewer": identity.agent}
-        return Response(AgentDetailOut(agent, context=context).data)
+        return Response(agent_detail_out(agent, viewer=identity.agent, request=request))
 
     @extend_schema(
         operation_id="update_agent",
@@ -244,8 +242,7 @@ class AgentDetailView(APIView):
         data = AgentPatchIn(data=request.data)
         data.is_valid(raise_exception=True)
         services.update_agent(agent=agent, **data.validated_data)
-        context = {"request": request, "viewer": agent}
-        return Response(AgentDetailOut(agent, context=context).data)
+        return Response(agent_detail_out(agent, viewer=agent, request=request))
 
     @extend_schema(
         operation_id="deregister_agent",

@@ -1,14 +1,17 @@
-"""An agent as the registry's REST reads answer it (docs/PROTOCOL.md §3): one plain function,
-shared by the Django views and the agents' hot path. `agents.api.AgentOut` describes the same
-fields for the OpenAPI document; tests/agents/test_registry_api.py holds the two together."""
+"""An agent as the registry's REST reads answer it (docs/PROTOCOL.md §3): plain functions,
+shared by the Django views and the agents' hot path. `agents.api.AgentOut` and
+`AgentDetailOut` describe the same fields for the OpenAPI document;
+tests/agents/test_registry_api.py holds them together."""
 
 from __future__ import annotations
 
 from datetime import datetime, tzinfo
 from typing import Any
 
+from django.http import HttpRequest
 from django.utils import timezone
 
+from .cards import agent_card
 from .models import Agent
 
 
@@ -30,4 +33,21 @@ def agent_out(agent: Agent, zone: tzinfo | None = None) -> dict[str, Any]:
         "status": str(agent.status),
         "registered_at": timestamp(agent.registered_at, zone),
         "last_seen_at": timestamp(agent.last_seen_at, zone),
+    }
+
+
+def visible_webhook_url(agent: Agent, viewer: Agent | None) -> str:
+    """A webhook URL often carries a secret of its own: only its agent sees it."""
+    return agent.webhook_url if viewer is not None and viewer.pk == agent.pk else ""
+
+
+def agent_detail_out(
+    agent: Agent, *, viewer: Agent | None, request: HttpRequest | None
+) -> dict[str, Any]:
+    """One agent as GET /api/v1/agents/<id> answers it: `agent_out`, its webhook URL as
+    `viewer` may see it, and its A2A card with URLs on `request`'s host."""
+    return {
+        **agent_out(agent),
+        "webhook_url": visible_webhook_url(agent, viewer),
+        "agent_card": agent_card(agent, request),
     }

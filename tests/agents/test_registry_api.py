@@ -298,6 +298,28 @@ def test_an_agent_is_written_as_its_openapi_description_says(tenant):
     assert set(agent_out(model)) == set(AgentOut().fields)
 
 
+def test_one_agent_is_written_as_its_openapi_description_says(tenant, settings):
+    """GET /api/v1/agents/<id> writes with `agents.wire.agent_detail_out`, described by
+    `AgentDetailOut`: the same, its webhook URL shown to the agent itself only."""
+    from django.test import RequestFactory
+
+    from agents.api import AgentDetailOut
+    from agents.wire import agent_detail_out
+
+    settings.ALLOWED_HOSTS = ["broker.example"]
+    owner = factories.agent(tenant, name="hooked").model
+    Agent.objects.filter(pk=owner.pk).update(webhook_url="https://hooks.example/s3cret")
+    owner.refresh_from_db()
+    other = factories.agent(tenant, name="other").model
+    request = RequestFactory().get("/", HTTP_HOST="broker.example")
+    for viewer in (owner, other, None):
+        written = agent_detail_out(owner, viewer=viewer, request=request)
+        described = AgentDetailOut(owner, context={"request": request, "viewer": viewer}).data
+        assert written == described
+        assert written["webhook_url"] == ("https://hooks.example/s3cret" if viewer == owner else "")
+    assert set(written) == set(AgentDetailOut().fields)
+
+
 @pytest.mark.parametrize("q", ["a", "A", "%", "_", "\\", "50%_off", "ZOË", "o\\%", "-"])
 def test_the_name_search_matches_what_the_orm_matches(tenant, q):
     """The list's one statement searches names as the ORM's `name__icontains` does on this
