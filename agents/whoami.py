@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 from .api import AGENT_AUTH_PARAMS, AgentOut, agent_identity, errors
 from .auth import AgentIdentity
 from .models import Agent
+from .wire import agent_out, timestamp
 
 ANYONE = "*"
 
@@ -73,7 +74,7 @@ def whoami(identity: AgentIdentity) -> dict:
             "expires_at": _when(identity.api_key.expires_at),
         }
     return {
-        **AgentOut(agent).data,
+        **agent_out(agent),
         "public": agent.public,
         "webhook_url": agent.webhook_url,
         "tenant": {
@@ -90,7 +91,7 @@ def whoami(identity: AgentIdentity) -> dict:
 
 
 def _when(value) -> str | None:
-    return serializers.DateTimeField().to_representation(value) if value else None
+    return timestamp(value)
 
 
 class PeerOut(serializers.Serializer):
