@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
 from typing import Any
 
+import orjson
 from a2a.types import (
     AgentCapabilities,
     AgentCard,
@@ -17,6 +20,8 @@ from a2a.types import (
 from django.conf import settings
 from django.http import HttpRequest
 from google.protobuf.json_format import MessageToDict, ParseDict
+
+from hikyaku import parsers
 
 from .models import Agent
 
@@ -111,9 +116,9 @@ def broker_card(request: HttpRequest | None) -> dict[str, Any]:
     return MessageToDict(card)
 
 
-def _skills(agent: Agent) -> list[AgentSkill]:
+def _skills(raw_skills: list) -> list[AgentSkill]:
     skills = []
-    for raw in agent.skills or []:
+    for raw in raw_skills:
         skill = ParseDict(raw, AgentSkill(), ignore_unknown_fields=True)
         if not skill.description:
             skill.description = skill.name
@@ -124,8 +129,12 @@ def _skills(agent: Agent) -> list[AgentSkill]:
 def input_modes(agent: Agent) -> list[str]:
     """Media types `agent` accepts from A2A callers: the broker's default set plus the
     inputModes its skills declare."""
-    modes = list(settings.HIKYAKU_PEER_INPUT_MODES)
-    for skill in agent.skills or []:
+    return _input_modes(agent.skills or [])
+
+
+def _input_modes(skills: list, broker_modes: tuple[str, ...] | None = None) -> list[str]:
+    modes = list(settings.HIKYAKU_PEER_INPUT_MODES if broker_modes is None else broker_modes)
+    for skill in skills:
         for mode in (skill.get("inputModes") or []) if isinstance(skill, dict) else []:
             if isinstance(mode, str) and mode not in modes:
                 modes.append(mode)
@@ -144,20 +153,52 @@ def accepts_media_type(modes: list[str], media_type: str) -> bool:
 
 
 def agent_url(agent: Agent, request: HttpRequest | None) -> str:
-    """The agent's A2A endpoint; it ends with "/" because clients join paths onto it."""
-    return f"{base_url(request)}/a2a/agents/{agent.id}/"
+    return _endpoint(base_url(request), str(agent.id))
+
+
+def _endpoint(base: str, agent_id: str) -> str:
+    """An agent's A2A endpoint; it ends with "/" because clients join paths onto it."""
+    return f"{base}/a2a/agents/{agent_id}/"
 
 
 def agent_card(agent: Agent, request: HttpRequest | None) -> dict[str, Any]:
     """The agent's own A2A 1.0 card (docs/PROTOCOL.md §8): its name, description and skills, its
-    endpoint on the broker, and whether anonymous callers are accepted (`public`)."""
-    base = base_url(request)
+    endpoint on the broker, and whether anonymous callers are accepted (`public`).
+
+    Building a card (protobuf messages, then their JSON) costs about 0.3 ms, and a page of the
+    directory holds many. Cards are kept, as JSON, by everything they are built from — the
+    agent's id, name, description, skills and `public`, the base URL and the broker's input
+    modes — so an agent that changed gets a new card; each caller gets a fresh copy
+    (docs/MEASUREMENTS.md, "The agent list")."""
+    card = _card(
+        str(agent.id),
+        agent.name,
+        agent.description,
+        parsers.dumps(agent.skills or []),
+        agent.public,
+        base_url(request),
+        tuple(settings.HIKYAKU_PEER_INPUT_MODES),
+    )
+    return orjson.loads(card)
+
+
+@lru_cache(maxsize=4096)
+def _card(
+    agent_id: str,
+    name: str,
+    description: str,
+    skills_json: bytes,
+    public: bool,
+    base: str,
+    broker_modes: tuple[str, ...],
+) -> bytes:
+    skills = json.loads(skills_json)
     card = AgentCard(
-        name=agent.name,
-        description=agent.description or agent.name,
+        name=name,
+        description=description or name,
         supported_interfaces=[
             AgentInterface(
-                url=agent_url(agent, request),
+                url=_endpoint(base, agent_id),
                 protocol_binding="JSONRPC",
                 protocol_version="1.0",
             )
@@ -166,12 +207,12 @@ def agent_card(agent: Agent, request: HttpRequest | None) -> dict[str, Any]:
         version=VERSION,
         documentation_url=f"{base}/api/docs/",
         capabilities=AgentCapabilities(**PEER_CAPABILITIES),
-        default_input_modes=input_modes(agent),
+        default_input_modes=_input_modes(skills, broker_modes),
         default_output_modes=["text/plain", "application/json"],
-        skills=_skills(agent),
-        **_security(public=agent.public),
+        skills=_skills(skills),
+        **_security(public=public),
     )
     body = MessageToDict(card)
     # ProtoJSON drops empty lists, but A2A requires the field (an agent may have no skills).
     body.setdefault("skills", [])
-    return body
+    return parsers.dumps(body)

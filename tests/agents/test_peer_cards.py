@@ -207,3 +207,40 @@ def test_publishagent_command(agent):
     assert agent.refresh().public is False
     with pytest.raises(CommandError):
         call_command("publishagent", "00000000-0000-0000-0000-000000000000")
+
+
+def test_a_kept_card_follows_every_change_to_what_it_is_built_from(tenant, settings):
+    """Cards are kept by what they are built from (agents.cards.agent_card): after each change
+    below — the agent's name, description, skills, publishing, the host it is asked on, the
+    broker's input modes — the card is the one built afresh, never the one kept before."""
+    from django.test import RequestFactory
+
+    from agents.cards import _card, agent_card
+
+    settings.ALLOWED_HOSTS = ["one.example", "two.example"]
+    agent = factories.agent(tenant, name="carded").model
+    request = RequestFactory().get("/", HTTP_HOST="one.example")
+
+    def fresh() -> dict:
+        _card.cache_clear()
+        built = agent_card(agent, request)
+        _card.cache_clear()
+        return built
+
+    seen = [agent_card(agent, request)]
+    changes = [
+        lambda: setattr(agent, "name", "renamed"),
+        lambda: setattr(agent, "description", "now described"),
+        lambda: setattr(agent, "skills", [{"id": "s", "name": "S", "inputModes": ["image/png"]}]),
+        lambda: setattr(agent, "public", True),
+        lambda: request.META.update(HTTP_HOST="two.example"),
+        lambda: setattr(settings, "HIKYAKU_PEER_INPUT_MODES", ["text/plain"]),
+    ]
+    for change in changes:
+        agent_card(agent, request)  # kept as it was
+        change()
+        card = agent_card(agent, request)
+        assert card == fresh() and card not in seen
+        seen.append(card)
+    card["name"] = "mutated by a caller"
+    assert agent_card(agent, request)["name"] == "renamed"
