@@ -16,8 +16,10 @@ from tenants.models import ApiKey, Tenant
 
 from .models import Agent
 
-# Every column of an agent, as the ORM would load it (the directory renders cards from them).
+# Every column of an agent, as the ORM would load it (the directory renders cards from them),
+# and of a tenant.
 _AGENT_FIELDS = tuple(f.name for f in Agent._meta.concrete_fields)
+_TENANT_FIELDS = tuple(f.name for f in Tenant._meta.concrete_fields)
 
 
 def parse_agent_id(value: str) -> uuid.UUID | None:
@@ -157,7 +159,16 @@ def peer_agent(*, agent_id: str | uuid.UUID) -> Agent | None:
     pk = parse_agent_id(str(agent_id))
     if pk is None:
         return None
-    return Agent.objects.select_related("tenant").filter(pk=pk, status=Agent.Status.ACTIVE).first()
+    row = rows.one(
+        f"SELECT {rows.select_list(Agent, _AGENT_FIELDS)},"
+        f" {rows.columns('t', Tenant, _TENANT_FIELDS)} FROM agents_agent"
+        " JOIN tenants_tenant t ON t.id = agents_agent.tenant_id"
+        " WHERE agents_agent.id = %s AND agents_agent.status = %s",
+        [rows.prep(Agent, "id", pk), Agent.Status.ACTIVE.value],
+    )
+    if row is None:
+        return None
+    return rows.build_joined(Agent, _AGENT_FIELDS, row, (("tenant", Tenant, _TENANT_FIELDS),))
 
 
 def peer_reachability(agent_ids: set[uuid.UUID]) -> dict[uuid.UUID, bool]:
