@@ -130,7 +130,8 @@ def _answer_in_thread(scope, headers: dict[str, str], body: bytes, address: str)
         body=body,
         address=address,
         method=scope["method"],
-        query=scope.get("query_string", b"").decode("latin-1"),
+        # As Django's ASGIRequest reads it (UTF-8), but never an error.
+        query=scope.get("query_string", b"").decode(errors="replace"),
         signal=False,
     )
 

@@ -15,7 +15,7 @@ import os
 import re
 
 from django.conf import settings
-from django.core.handlers.wsgi import WSGIHandler
+from django.core.handlers.wsgi import WSGIHandler, get_str_from_wsgi
 from django.core.wsgi import get_wsgi_application
 
 from hikyaku import heap
@@ -81,7 +81,7 @@ def _application():
                 body=body,
                 address=client_address.from_meta(environ),
                 method=method,
-                query=environ.get("QUERY_STRING", ""),
+                query=get_str_from_wsgi(environ, "QUERY_STRING", ""),
             )
             start_response(lean.status_line(status), headers)
             return [out]
