@@ -215,19 +215,19 @@ def test_a_kept_card_follows_every_change_to_what_it_is_built_from(tenant, setti
     broker's input modes — the card is the one built afresh, never the one kept before."""
     from django.test import RequestFactory
 
-    from agents.cards import _card, agent_card
+    from agents import cards
 
     settings.ALLOWED_HOSTS = ["one.example", "two.example"]
     agent = factories.agent(tenant, name="carded").model
     request = RequestFactory().get("/", HTTP_HOST="one.example")
 
     def fresh() -> dict:
-        _card.cache_clear()
-        built = agent_card(agent, request)
-        _card.cache_clear()
+        cards._card.cache_clear()
+        built = cards.agent_card(agent, request)
+        cards._card.cache_clear()
         return built
 
-    seen = [agent_card(agent, request)]
+    seen = [cards.agent_card(agent, request)]
     changes = [
         lambda: setattr(agent, "name", "renamed"),
         lambda: setattr(agent, "description", "now described"),
@@ -237,10 +237,10 @@ def test_a_kept_card_follows_every_change_to_what_it_is_built_from(tenant, setti
         lambda: setattr(settings, "HIKYAKU_PEER_INPUT_MODES", ["text/plain"]),
     ]
     for change in changes:
-        agent_card(agent, request)  # kept as it was
+        cards.agent_card(agent, request)  # kept as it was
         change()
-        card = agent_card(agent, request)
+        card = cards.agent_card(agent, request)
         assert card == fresh() and card not in seen
         seen.append(card)
     card["name"] = "mutated by a caller"
-    assert agent_card(agent, request)["name"] == "renamed"
+    assert cards.agent_card(agent, request)["name"] == "renamed"
